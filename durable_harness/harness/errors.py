@@ -1,0 +1,77 @@
+"""The one exception tree of durable-harness.
+
+Every error the package raises on purpose derives from :class:`DurableHarnessError`.
+Backend errors (sqlite3, psycopg, botocore, docker) are mapped at the backend's boundary
+with ``raise WorldError(...) from exc`` so callers never catch a driver's exception.
+
+::
+
+    DurableHarnessError
+    ├── ConfigError             bad flag, unknown agent/World, bad URL, missing API key
+    ├── ToolDefinitionError     a tool without a replay label, bad schema, unreadable tools file
+    ├── ReplayDivergence        the replayed step differs from the recorded one (invariant 6)
+    ├── WorldError              a storage/queue backend failed
+    │   ├── NotFound            no such session, turn or blob
+    │   ├── StepConflict        (turn_id, seq) or (turn_id, key) already taken (invariant 2)
+    │   ├── LeaseLost           a write carried a stale lease epoch: fenced out (invariant 3)
+    │   └── CorruptJournal      a stored row cannot be decoded
+    ├── SandboxError            the workspace refused an operation
+    │   └── WorkspaceLimit      the file-count or byte cap would be exceeded
+    └── ModelError              the model endpoint failed; the step is not recorded as done
+
+Messages that a user can cause say what to do next.
+"""
+
+from __future__ import annotations
+
+
+class DurableHarnessError(Exception):
+    """Root of every error durable-harness raises on purpose."""
+
+
+class ConfigError(DurableHarnessError):
+    """Bad configuration given by the user: flags, environment, files."""
+
+
+class ToolDefinitionError(DurableHarnessError):
+    """A tool cannot be registered (for example it has no ``replay`` label)."""
+
+
+class ReplayDivergence(DurableHarnessError):
+    """A step replayed with a different kind, name, key or input than was recorded.
+
+    Raised loudly instead of silently returning a recorded result that belongs to a
+    different call: the code or the prompt changed under a turn in flight.
+    """
+
+
+class WorldError(DurableHarnessError):
+    """A World backend failed (storage or queue)."""
+
+
+class NotFound(WorldError):
+    """No such session, turn or blob."""
+
+
+class StepConflict(WorldError):
+    """A step with this ``seq`` or ``key`` already exists in the turn."""
+
+
+class LeaseLost(WorldError):
+    """The write carried a lease epoch that is no longer current: another worker owns the turn."""
+
+
+class CorruptJournal(WorldError):
+    """A journal row or blob could not be decoded."""
+
+
+class SandboxError(DurableHarnessError):
+    """A sandbox operation failed in a way the agent should see as a tool error."""
+
+
+class WorkspaceLimit(SandboxError):
+    """The workspace's file-count or byte cap would be exceeded."""
+
+
+class ModelError(DurableHarnessError):
+    """The model endpoint failed (network, 5xx, 429, malformed reply). Retryable."""

@@ -1,0 +1,76 @@
+"""The Sandbox seam: where an agent's file and shell tools act.
+
+Backends: ``virtual`` (in-memory files and a bash-compatible interpreter, no network, no
+host binaries), ``local`` (a host folder and a persistent shell), ``docker`` (later).
+
+Contract:
+
+* ``read``/``write``/``edit``/``bash`` act on the workspace; paths are relative to the
+  workspace root (absolute paths are taken inside it). Errors the agent should see (file
+  missing, edit text not found, a cap reached) raise :class:`SandboxError` subclasses;
+  the core turns them into tool error results.
+* ``journaled`` tells the core whether the workspace lives only in memory. If it does,
+  the core snapshots it after every tool step (``export_state``) and restores it on
+  resume (``import_state``), so a resumed turn sees exactly the files it had; its tools
+  can then replay as ``safe`` because their effects vanish with the process.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from types import TracebackType
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxState:
+    """Everything a journaled sandbox needs to be rebuilt: files and shell cwd."""
+
+    files: dict[str, bytes]
+    cwd: str
+
+
+class Sandbox(abc.ABC):
+    journaled: bool = False
+
+    @abc.abstractmethod
+    def read(self, path: str) -> str: ...
+
+    @abc.abstractmethod
+    def write(self, path: str, content: str) -> None: ...
+
+    @abc.abstractmethod
+    def edit(self, path: str, old: str, new: str) -> None:
+        """Replace the single occurrence of ``old`` with ``new``; SandboxError if ``old``
+        is absent or occurs more than once."""
+
+    @abc.abstractmethod
+    def bash(self, command: str, timeout: float = 60.0) -> ShellResult: ...
+
+    def export_state(self) -> SandboxState:
+        raise NotImplementedError(f"{type(self).__name__} is not journaled")
+
+    def import_state(self, state: SandboxState) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not journaled")
+
+    def close(self) -> None:  # noqa: B027 - optional for sandboxes without resources
+        """Stop shells and free resources."""
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

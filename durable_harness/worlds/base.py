@@ -1,0 +1,250 @@
+"""The World seam: journal, queue with leases, sessions and turns, blobs.
+
+A World is everything durable about a turn. The core (``harness/``) talks only to this
+interface; each backend is one module (``local.py``, ``postgres.py``, ``s3sqs.py``) and
+``tests/worlds/test_contract.py`` runs the same contract suite against all of them.
+
+Contracts every backend keeps:
+
+* **Journal** (invariants 1-3). ``insert_intent`` is durable when it returns (the caller
+  runs the call only afterwards). ``(turn_id, seq)`` and ``(turn_id, key)`` are each
+  unique: a second insert raises :class:`StepConflict`. Every journal write carries the
+  writer's lease ``epoch`` and is rejected with :class:`LeaseLost` unless it equals the
+  turn's current epoch, checked atomically with the write (fencing).
+* **Queue** (invariant 8). One message per turn. ``claim`` hands out a lease and bumps the
+  turn's epoch; a lease that is not renewed runs out and the turn is delivered again.
+  Each delivery counts as an attempt; a claim that would exceed ``max_attempts`` moves
+  the turn to the dead letter state (status ``failed`` with the reason) instead.
+* **Blobs** are content-addressed by sha256 hex; ``put_blob`` is idempotent.
+
+All methods are synchronous and thread-safe (a lease-renewal thread shares the World
+with the turn's thread). Timestamps are Unix seconds (float).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+
+class StepStatus(enum.StrEnum):
+    """Where a step stands in the journal (DESIGN.md's table)."""
+
+    INTENT = "intent"  # intent recorded, no outcome: the call was interrupted or is running
+    DONE = "done"  # outcome recorded: the call's result (a tool error is a result too)
+    POSSIBLY_RAN = "possibly_ran"  # a `never` tool was interrupted: finished without re-running
+
+
+class TurnStatus(enum.StrEnum):
+    QUEUED = "queued"  # waiting for a worker (first delivery or redelivery)
+    RUNNING = "running"  # a worker holds the lease
+    DONE = "done"
+    FAILED = "failed"  # dead-lettered or failed for good; `error` says why
+
+
+@dataclass(frozen=True)
+class Step:
+    """One journal row.
+
+    ``input_hash`` is the sha256 of the step's canonical input and is what replay compares
+    (with ``kind``, ``name`` and ``key``) to detect divergence. ``input`` keeps a small,
+    readable copy for ``show`` (``None`` when it is large or derivable, as for model calls,
+    whose request is the conversation so far). ``output`` is the outcome as JSON text, or
+    ``None`` with ``output_blob`` set when it was large. ``meta`` holds what ``show`` prints
+    (tokens, workspace snapshot hash, the attempt that recorded it).
+    """
+
+    turn_id: str
+    seq: int
+    key: str
+    kind: str
+    name: str
+    input_hash: str
+    input: str | None = None
+    status: StepStatus = StepStatus.INTENT
+    output: str | None = None
+    output_blob: str | None = None
+    attempts: int = 1
+    epoch: int = 0
+    started_at: float = 0.0
+    finished_at: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Session:
+    session_id: str
+    created_at: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A user prompt within a session, and the work to answer it.
+
+    ``index`` orders the turns of a session (0, 1, ...). ``config`` holds what a worker
+    needs to run it again anywhere (agent, model, workspace, tools spec).
+    """
+
+    turn_id: str
+    session_id: str
+    index: int
+    prompt: str
+    status: TurnStatus
+    config: dict[str, Any]
+    created_at: float
+    attempts: int = 0
+    epoch: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    result: str | None = None
+    error: str | None = None
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's claim on a turn. ``epoch`` is the fencing token every write carries."""
+
+    turn_id: str
+    session_id: str
+    owner: str
+    epoch: int
+    attempt: int
+    expires_at: float
+    receipt: str = ""  # backend-specific handle (an SQS receipt handle, for example)
+
+
+class World(abc.ABC):
+    """Storage and queue for turns. See the module docstring for the contract."""
+
+    max_attempts: int = 5
+
+    # -- blobs ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def put_blob(self, data: bytes) -> str:
+        """Store ``data``; return its sha256 hex digest. Idempotent."""
+
+    @abc.abstractmethod
+    def get_blob(self, digest: str) -> bytes:
+        """Return the bytes stored under ``digest``; :class:`NotFound` if absent."""
+
+    # -- sessions and turns ----------------------------------------------------------
+    @abc.abstractmethod
+    def create_session(self, session_id: str, meta: dict[str, Any] | None = None) -> Session:
+        """Create a session; :class:`StepConflict` is not used here: an existing id is returned."""
+
+    @abc.abstractmethod
+    def get_session(self, session_id: str) -> Session: ...
+
+    @abc.abstractmethod
+    def list_sessions(self, limit: int = 100) -> list[Session]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def create_turn(
+        self, session_id: str, turn_id: str, prompt: str, config: dict[str, Any]
+    ) -> Turn:
+        """Append a turn (status ``queued``) to the session and enqueue it, atomically
+        where the backend allows. The turn's ``index`` is the session's next one."""
+
+    @abc.abstractmethod
+    def get_turn(self, turn_id: str) -> Turn: ...
+
+    @abc.abstractmethod
+    def list_turns(self, session_id: str | None = None, limit: int = 100) -> list[Turn]:
+        """A session's turns in index order, or (no session) all turns newest first."""
+
+    @abc.abstractmethod
+    def put_session_record(self, session_id: str, name: str, digest: str) -> None:
+        """Point the session's named record (e.g. a CLI transcript) at a blob."""
+
+    @abc.abstractmethod
+    def get_session_record(self, session_id: str, name: str) -> str | None:
+        """The blob digest of the session's named record, or ``None``."""
+
+    # -- queue and leases ------------------------------------------------------------
+    @abc.abstractmethod
+    def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
+        """Make the turn deliverable (after ``delay`` seconds). Deduplicated by turn:
+        a turn has at most one message."""
+
+    @abc.abstractmethod
+    def claim(self, owner: str, lease_seconds: float) -> Lease | None:
+        """Take the next deliverable turn: its message is visible, or its lease ran out.
+        Bumps the turn's epoch and attempt count and sets status ``running``. A turn
+        whose attempts would exceed ``max_attempts`` is dead-lettered (status
+        ``failed``, ``error`` saying why) and skipped. ``None`` when nothing is runnable."""
+
+    @abc.abstractmethod
+    def claim_turn(
+        self, turn_id: str, owner: str, lease_seconds: float, force: bool = False
+    ) -> Lease | None:
+        """Take one given turn: only if it is deliverable, or at once with ``force``
+        (which fences out the current holder by bumping the epoch). ``None`` if it is
+        held by a live lease (and not forced) or already finished."""
+
+    @abc.abstractmethod
+    def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        """Extend the lease; :class:`LeaseLost` if the epoch moved on."""
+
+    @abc.abstractmethod
+    def release(self, lease: Lease, delay: float = 0.0, error: str | None = None) -> None:
+        """Give the turn back to the queue (deliverable after ``delay``), recording
+        ``error`` as the turn's last error. Fenced."""
+
+    @abc.abstractmethod
+    def complete_turn(self, lease: Lease, result: str) -> None:
+        """Mark the turn ``done`` with its final reply and delete its message. Fenced."""
+
+    @abc.abstractmethod
+    def fail_turn(self, lease: Lease, error: str) -> None:
+        """Mark the turn ``failed`` for good (no more deliveries). Fenced."""
+
+    # -- journal -------------------------------------------------------------------
+    @abc.abstractmethod
+    def load_steps(self, turn_id: str) -> list[Step]:
+        """The turn's journal in ``seq`` order. :class:`CorruptJournal` on a bad row."""
+
+    @abc.abstractmethod
+    def insert_intent(self, step: Step) -> None:
+        """Durably record a step's intent (``step.status`` is ``intent``), fenced by
+        ``step.epoch``. :class:`StepConflict` if the seq or key is taken."""
+
+    @abc.abstractmethod
+    def restart_intent(self, turn_id: str, seq: int, epoch: int) -> int:
+        """Record that an interrupted intent is being run again (fenced); return the new
+        attempt count. Only for steps still in status ``intent``."""
+
+    @abc.abstractmethod
+    def finish_step(
+        self,
+        turn_id: str,
+        seq: int,
+        epoch: int,
+        status: StepStatus,
+        output: str | None,
+        output_blob: str | None,
+        meta: dict[str, Any],
+    ) -> None:
+        """Record the outcome of a step in status ``intent`` (fenced). ``status`` is
+        ``done`` or ``possibly_ran``. A step that already has an outcome raises
+        :class:`StepConflict`."""
+
+    # -- lifecycle -----------------------------------------------------------------
+    def close(self) -> None:  # noqa: B027 - optional for backends without resources
+        """Release connections and files."""
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
