@@ -17,7 +17,8 @@ with ``raise WorldError(...) from exc`` so callers never catch a driver's except
     │   └── CorruptJournal      a stored row cannot be decoded
     ├── SandboxError            the workspace refused an operation
     │   └── WorkspaceLimit      the file-count or byte cap would be exceeded
-    └── ModelError              the model endpoint failed; the step is not recorded as done
+    ├── ModelError              the model endpoint failed; the step is not recorded as done
+    └── TurnFailed              the agent cannot finish this turn (e.g. too many model calls)
 
 Messages that a user can cause say what to do next.
 """
@@ -75,3 +76,7 @@ class WorkspaceLimit(SandboxError):
 
 class ModelError(DurableHarnessError):
     """The model endpoint failed (network, 5xx, 429, malformed reply). Retryable."""
+
+
+class TurnFailed(DurableHarnessError):
+    """The turn cannot finish and must not be retried (its replay would fail the same way)."""

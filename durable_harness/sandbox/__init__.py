@@ -1,1 +1,59 @@
 """sandbox."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from durable_harness.harness.errors import ConfigError
+from durable_harness.sandbox.base import Sandbox
+
+__all__ = ["open_sandbox"]
+
+_ACCEPTED = "'virtual' or a directory path (for example ./workspace or /srv/agent)"
+
+
+def open_sandbox(spec: str, **options: Any) -> Sandbox:
+    """The sandbox named by ``spec``: ``"virtual"``, or a folder path for a local sandbox
+    (created if missing). Backends are imported only when chosen.
+
+    ConfigError for any other name, for a path that is a file, or for options the
+    chosen backend does not take.
+    """
+    if spec == "virtual":
+        from durable_harness.sandbox.virtual import VirtualSandbox
+
+        _check_options(VirtualSandbox, spec, options)
+        return VirtualSandbox(**options)
+    if not _looks_like_path(spec):
+        raise ConfigError(f"unknown sandbox {spec!r}; use {_ACCEPTED}")
+    from durable_harness.sandbox.local import LocalSandbox
+
+    _check_options(LocalSandbox, spec, options)
+    root = Path(spec).expanduser()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"sandbox path {spec!r} is a file; give a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create sandbox directory {spec!r}: {exc}") from exc
+    return LocalSandbox(root, **options)
+
+
+def _check_options(backend: type[Sandbox], spec: str, options: dict[str, Any]) -> None:
+    accepted = set(inspect.signature(backend).parameters) - {"root"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigError(
+            f"the {spec!r} sandbox does not take {', '.join(unknown)}; "
+            f"it takes {', '.join(sorted(accepted)) or 'no options'}"
+        )
+
+
+def _looks_like_path(spec: str) -> bool:
+    """A path, not a mistyped backend name: has a separator, starts with ``.`` or ``~``,
+    or names an existing directory."""
+    if not spec:
+        return False
+    return "/" in spec or spec.startswith((".", "~")) or Path(spec).is_dir()

@@ -1,1 +1,80 @@
-"""worlds."""
+"""worlds.
+
+Backends are chosen by name or URL with :func:`open_world` and imported lazily, so a heavy
+driver (psycopg, boto3) is loaded only by the process that asks for its World.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from durable_harness.harness.errors import ConfigError
+from durable_harness.worlds.base import World
+
+KNOWN_WORLDS = ("local", "postgres", "s3sqs")
+_SCHEMES = {"postgresql": "postgres", "postgres": "postgres", "s3sqs": "s3sqs", "file": "local"}
+
+
+def open_world(name: str, **options: Any) -> World:
+    """Open the World called ``name`` (``local``, ``postgres``, ``s3sqs``) or given by a URL.
+
+    A URL picks the backend by scheme: ``postgresql://...``, ``s3sqs://...``,
+    ``file:///path`` (a local folder); a plain path (``./state``, ``/var/lib/dh``) is a
+    local folder too. ``options`` go to the backend (``local`` takes ``data_dir`` and
+    ``max_attempts``).
+    """
+    backend, options = _resolve(name, dict(options))
+    if backend == "local":
+        return _open_local(options)
+    raise ConfigError(
+        f"the {backend} World is not available yet in this version of durable-harness; "
+        "use the local World (a folder) for now"
+    )
+
+
+def _resolve(name: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    if name in KNOWN_WORLDS:
+        return name, options
+    if "://" in name:
+        url = urlparse(name)
+        backend = _SCHEMES.get(url.scheme.lower())
+        if backend is None:
+            raise ConfigError(
+                f"unknown World URL scheme {url.scheme!r} in {name!r}; use one of "
+                "postgresql://, s3sqs://, file:///path"
+            )
+        if backend == "local":
+            if url.netloc not in ("", "localhost"):
+                raise ConfigError(f"{name!r}: a file:// World must be on this machine")
+            return "local", _with_data_dir(options, unquote(url.path), name)
+        options["url"] = name
+        return backend, options
+    if "/" in name or "\\" in name or name.startswith((".", "~")):
+        return "local", _with_data_dir(options, name, name)
+    raise ConfigError(
+        f"unknown World {name!r}; known Worlds: {', '.join(KNOWN_WORLDS)} "
+        "(or a URL: postgresql://..., s3sqs://..., file:///path, or a folder path)"
+    )
+
+
+def _with_data_dir(options: dict[str, Any], path: str, given: str) -> dict[str, Any]:
+    if "data_dir" in options and Path(options["data_dir"]) != Path(path):
+        raise ConfigError(
+            f"World {given!r} names a folder, but data_dir says {options['data_dir']}"
+        )
+    options["data_dir"] = path
+    return options
+
+
+def _open_local(options: dict[str, Any]) -> World:
+    from durable_harness.worlds.local import LocalWorld
+
+    if "data_dir" not in options:
+        raise ConfigError("the local World needs a folder: pass data_dir (or a path as the World)")
+    data_dir = options.pop("data_dir")
+    max_attempts = int(options.pop("max_attempts", 5))
+    if options:
+        raise ConfigError(f"unknown option(s) for the local World: {', '.join(sorted(options))}")
+    return LocalWorld(data_dir, max_attempts=max_attempts)

@@ -1,0 +1,42 @@
+"""The Adapter seam: an agent that runs one turn with every call going through a Journal.
+
+An adapter gets a :class:`TurnRun` (the World, the claimed turn, its Journal, settings) and
+returns the turn's final reply. It must route every model call and tool call through
+``run.journal.run`` so a worker that resumes the turn replays instead of re-running.
+``check`` validates a turn's configuration before it is enqueued, so a bad flag fails at
+``run`` time rather than in a worker later.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+from durable_harness.harness.journal import Journal
+from durable_harness.harness.settings import Settings
+from durable_harness.worlds.base import Turn, World
+
+
+@dataclass
+class TurnRun:
+    world: World
+    turn: Turn
+    journal: Journal
+    settings: Settings
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.turn.config
+
+
+class Adapter(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def check(self, config: dict[str, Any], settings: Settings) -> None:
+        """Raise ConfigError/ToolDefinitionError if the turn could never run."""
+
+    @abc.abstractmethod
+    def run_turn(self, run: TurnRun) -> str:
+        """Run (or resume) the turn; return its final reply."""

@@ -1,0 +1,291 @@
+"""The ``durable-harness`` command: parses arguments and calls the core. Nothing else.
+
+Exit codes: 0 success, 1 the turn failed, 2 bad input (one line on stderr saying what to
+do), 86 a crash injected with DURABLE_HARNESS_CRASH_AT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from durable_harness import __version__
+from durable_harness.harness.errors import DurableHarnessError
+from durable_harness.harness.settings import Settings
+
+EPILOG = """\
+Every model and tool call of a turn is journaled in a World (intent before, outcome
+after). If the process dies, `durable-harness worker` (or `resume TURN`) finishes the turn:
+finished calls are read back, never re-run; an interrupted tool follows its replay label.
+
+Environment: DURABLE_HARNESS_WORLD (local), DURABLE_HARNESS_DATA_DIR (the local World's
+folder), DURABLE_HARNESS_LEASE_SECONDS, DURABLE_HARNESS_MODEL, ANTHROPIC_BASE_URL,
+ANTHROPIC_API_KEY (never stored), DURABLE_HARNESS_CRASH_AT=<seq>:<point> (crash injection).
+Start with `durable-harness demo`.
+"""
+
+
+def _world_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("World")
+    g.add_argument("--world", help="World backend: local (default); env DURABLE_HARNESS_WORLD")
+    g.add_argument("--data-dir", help="local World folder; env DURABLE_HARNESS_DATA_DIR")
+    g.add_argument(
+        "--lease-seconds",
+        type=float,
+        help="lease length; a dead worker's turn is redelivered after it (default 30)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="durable-harness",
+        description="Crash-safe AI coding agents: journal every call, finish dead turns.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"durable-harness {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser("run", help="start a turn and drive it here (or --detach)")
+    run.add_argument("prompt", metavar="PROMPT")
+    run.add_argument("--agent", default="builtin", help="builtin (default)")
+    run.add_argument(
+        "--workspace",
+        default="virtual",
+        help="'virtual' (in-memory, default) or a host folder (the local sandbox, opt-in)",
+    )
+    run.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="FILE.py:NAME",
+        help="host tools: NAME is a list of tools in FILE.py (repeatable)",
+    )
+    run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
+    run.add_argument("--model", help="model name (env DURABLE_HARNESS_MODEL)")
+    run.add_argument("--base-url", help="model endpoint (default: env ANTHROPIC_BASE_URL)")
+    run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
+    run.add_argument("--max-bytes", type=int, help="virtual workspace byte cap (default 10 MiB)")
+    run.add_argument("--max-model-calls", type=int, help="model calls per turn (default 50)")
+    run.add_argument("--detach", action="store_true", help="only enqueue; a worker runs it")
+    run.add_argument("--quiet", "-q", action="store_true", help="no step progress on stderr")
+    _world_flags(run)
+
+    worker = sub.add_parser("worker", help="claim turns and drive them; finishes dead turns")
+    worker.add_argument("--until-idle", action="store_true", help="exit when nothing is runnable")
+    worker.add_argument("--max-turns", type=int, help="exit after driving this many turns")
+    worker.add_argument("--quiet", "-q", action="store_true")
+    _world_flags(worker)
+
+    resume = sub.add_parser("resume", help="finish one turn here")
+    resume.add_argument("turn", metavar="TURN")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="take the turn now, fencing out its current holder, instead of waiting for its lease",
+    )
+    resume.add_argument("--quiet", "-q", action="store_true")
+    _world_flags(resume)
+
+    replay = sub.add_parser(
+        "replay", help="re-run a finished turn from its journal alone (0 model calls)"
+    )
+    replay.add_argument("turn", metavar="TURN")
+    _world_flags(replay)
+
+    ls = sub.add_parser("ls", help="list turns and sessions, newest first")
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--limit", type=int, default=50)
+    _world_flags(ls)
+
+    show = sub.add_parser("show", help="one line per step of a turn")
+    show.add_argument("turn", metavar="TURN")
+    show.add_argument("--json", action="store_true")
+    _world_flags(show)
+
+    demo = sub.add_parser("demo", help="crash a turn on purpose, resume it, show the journal")
+    demo.add_argument("--data-dir", help="keep the demo's World here (default: a temp folder)")
+    demo.add_argument(
+        "--crash-at",
+        default=None,
+        help="crash point <seq>:<point> (default: the refund tool, after it ran)",
+    )
+
+    fake = sub.add_parser("fake-model", help="scripted Anthropic-compatible model server")
+    fake.add_argument("--script", required=True, help="TOML script of rules")
+    fake.add_argument("--port", type=int, default=0)
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--log", help="append one JSON line per answered request")
+    return parser
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    return Settings.load(
+        world=getattr(args, "world", None),
+        data_dir=getattr(args, "data_dir", None),
+        lease_seconds=getattr(args, "lease_seconds", None),
+        **extra,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from durable_harness.harness.turns import make_worker, start_turn, turn_config
+
+    settings = _settings(
+        args,
+        max_files=args.max_files,
+        max_bytes=args.max_bytes,
+        max_model_calls=args.max_model_calls,
+        model=args.model,
+    )
+    config = turn_config(
+        agent=args.agent,
+        workspace=args.workspace,
+        tools=args.tools,
+        model=args.model,
+        base_url=args.base_url,
+        settings=settings,
+    )
+    with settings.open_world() as world:
+        turn = start_turn(world, settings, args.prompt, config, args.session)
+        print(f"session {turn.session_id}\nturn {turn.turn_id}", flush=True)
+        if args.detach:
+            print("queued: `durable-harness worker` will run it", file=sys.stderr)
+            return 0
+        worker = make_worker(world, settings, quiet=args.quiet)
+        lease = world.claim_turn(turn.turn_id, worker.owner, settings.lease_seconds)
+        if lease is not None:
+            worker.drive(lease)
+        return _report(world.get_turn(turn.turn_id))
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from durable_harness.harness.turns import make_worker
+
+    settings = _settings(args)
+    with settings.open_world() as world:
+        worker = make_worker(world, settings, quiet=args.quiet)
+        if not args.quiet:
+            print(f"durable-harness: worker {worker.owner} on {settings.world}", file=sys.stderr)
+        n = worker.run(until_idle=args.until_idle, max_turns=args.max_turns)
+        if not args.quiet:
+            print(f"durable-harness: worker drove {n} turn(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from durable_harness.harness.turns import claim_for_resume, make_worker
+
+    settings = _settings(args)
+    with settings.open_world() as world:
+        worker = make_worker(world, settings, quiet=args.quiet)
+        lease = claim_for_resume(
+            world,
+            settings,
+            args.turn,
+            worker.owner,
+            force=args.force,
+            say=lambda m: print(f"durable-harness: {m}", file=sys.stderr, flush=True),
+        )
+        if lease is not None:
+            worker.drive(lease)
+        return _report(world.get_turn(args.turn))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from durable_harness.harness.turns import replay_turn
+
+    settings = _settings(args)
+    with settings.open_world() as world:
+        reply, steps = replay_turn(world, settings, args.turn)
+        recorded = world.get_turn(args.turn).result
+    print(reply)
+    print(f"durable-harness: {steps} steps read back from the journal, 0 calls made",
+          file=sys.stderr)
+    if reply != recorded:
+        print(f"durable-harness: the replayed reply differs from the recorded one: {recorded!r}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from durable_harness.harness.views import format_ls, ls_data
+
+    with _settings(args).open_world() as world:
+        rows = ls_data(world, args.limit)
+        print(json.dumps(rows, indent=2) if args.json else format_ls(rows))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from durable_harness.harness.views import format_show, show_data
+
+    with _settings(args).open_world() as world:
+        data = show_data(world, args.turn)
+        print(json.dumps(data, indent=2) if args.json else format_show(data))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from durable_harness.harness.demo import run_demo
+
+    return run_demo(args.data_dir, args.crash_at)
+
+
+def cmd_fake_model(args: argparse.Namespace) -> int:
+    from durable_harness.harness.fake_model import run_fake_model
+
+    run_fake_model(args.script, args.port, args.log, args.host)
+    return 0
+
+
+def _report(turn: Any) -> int:
+    from durable_harness.worlds.base import TurnStatus
+
+    if turn.status is TurnStatus.DONE:
+        print(turn.result)
+        return 0
+    if turn.status is TurnStatus.FAILED:
+        print(f"durable-harness: turn {turn.turn_id} failed: {turn.error}", file=sys.stderr)
+        return 1
+    print(
+        f"durable-harness: turn {turn.turn_id} is {turn.status.value}"
+        + (f" (last error: {turn.error})" if turn.error else "")
+        + f"; `durable-harness resume {turn.turn_id}` or a worker will finish it",
+        file=sys.stderr,
+    )
+    return 1
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "worker": cmd_worker,
+    "resume": cmd_resume,
+    "replay": cmd_replay,
+    "ls": cmd_ls,
+    "show": cmd_show,
+    "demo": cmd_demo,
+    "fake-model": cmd_fake_model,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except DurableHarnessError as exc:
+        print(f"durable-harness: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "durable-harness: interrupted; the turn stays journaled and resumable", file=sys.stderr
+        )
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The demo's tools and model script; also the fixtures of the crash-matrix tests."""

@@ -1,0 +1,273 @@
+"""The journal runner: the one function every model and tool call goes through.
+
+:meth:`Journal.run` implements DESIGN.md's table for step ``seq`` of a turn:
+
+==============================  ====================================================
+journal row for this step        what happens
+==============================  ====================================================
+outcome recorded                 return the stored result; call nothing
+intent, no outcome               interrupted: a model call or ``safe`` tool runs again;
+                                 a ``never`` tool does not run, the step is finished
+                                 with the *possibly ran* result
+nothing                          commit the intent, run the call, record the outcome
+==============================  ====================================================
+
+and keeps the invariants: the intent is durable before the call (1); seq and key are
+unique (2, enforced by the World); every write carries the lease epoch (3); replay
+compares kind, name, key and input hash and raises :class:`ReplayDivergence` on a
+mismatch (6); large inputs and outputs go to the blob store (7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from dataclasses import replace as _replace
+from typing import Any
+
+from durable_harness.harness.crash import CrashPlan
+from durable_harness.harness.errors import CorruptJournal, ReplayDivergence
+from durable_harness.harness.tools import Replay, canonical_json
+from durable_harness.worlds.base import Lease, Step, StepStatus, World
+
+#: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
+BLOB_THRESHOLD = 64 * 1024
+BLOB_PREFIX = "blob:"
+
+POSSIBLY_RAN_MESSAGE = (
+    "This call was interrupted before its outcome was recorded: it may or may not have "
+    "taken effect (idempotency key {key}). Do not assume either way. Check the current "
+    "state first (for example with a read-only tool) and call it again only if the "
+    "effect is absent."
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a call returns to the journal: a JSON value and metadata for ``show``."""
+
+    value: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    value: Any
+    status: StepStatus
+    replayed: bool  # True: read back from the journal, the call did not run now
+    step: Step
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """Progress report for a step, given to the ``on_step`` callback."""
+
+    seq: int
+    kind: str
+    name: str
+    phase: str  # "start" | "done" | "replayed" | "possibly_ran"
+    attempts: int
+    duration: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def input_digest(value: Any) -> str:
+    return sha256_hex(canonical_json(value).encode())
+
+
+class Journal:
+    """One turn's journal, as seen by the worker holding its lease."""
+
+    def __init__(
+        self,
+        world: World,
+        lease: Lease,
+        *,
+        crash: CrashPlan | None = None,
+        on_step: Callable[[StepEvent], None] | None = None,
+        blob_threshold: int = BLOB_THRESHOLD,
+        replay_only: bool = False,
+    ) -> None:
+        self.world = world
+        self.replay_only = replay_only
+        self.lease = lease
+        self.crash = crash
+        self.on_step = on_step
+        self.blob_threshold = blob_threshold
+        # replay_only: read back finished steps, never call or write (``durable-harness
+        # replay``, which proves a finished turn needs zero model calls: invariant 6).
+        self.recorded: dict[int, Step] = {s.seq: s for s in world.load_steps(lease.turn_id)}
+        self._next_seq = 0
+
+    @property
+    def turn_id(self) -> str:
+        return self.lease.turn_id
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def latest_meta(self, name: str) -> Any:
+        """The newest value of ``meta[name]`` among finished recorded steps (or None)."""
+        for seq in sorted(self.recorded, reverse=True):
+            step = self.recorded[seq]
+            if step.status is StepStatus.DONE and name in step.meta:
+                return step.meta[name]
+        return None
+
+    def run(
+        self,
+        *,
+        kind: str,
+        name: str,
+        key: str,
+        input: Any,
+        call: Callable[[int], Outcome],
+        replay: Replay,
+        store_input: bool = True,
+    ) -> StepResult:
+        """Run (or read back) the next step. ``call(seq)`` performs it.
+
+        A model call is always ``replay="safe"``: running an unfinished one again costs
+        money but changes nothing. ``store_input=False`` keeps only the input's hash (for
+        model requests, which repeat the whole conversation: invariant 7).
+        """
+        seq = self._next_seq
+        self._next_seq += 1
+        digest = input_digest(input)
+        recorded = self.recorded.get(seq)
+        if recorded is not None:
+            self._check_same(recorded, kind, name, key, digest)
+            if recorded.status is not StepStatus.INTENT:
+                self._emit(
+                    recorded, "replayed" if recorded.status is StepStatus.DONE else "possibly_ran"
+                )
+                return StepResult(self._output(recorded), recorded.status, True, recorded)
+            self._refuse_live(seq, kind, name)
+            if replay == "never":
+                return self._finish_possibly_ran(recorded)
+            attempts = self.world.restart_intent(self.turn_id, seq, self.lease.epoch)
+            step = _replace(recorded, attempts=attempts)
+        else:
+            self._refuse_live(seq, kind, name)
+            self._crash(seq, "before_intent")
+            step = Step(
+                turn_id=self.turn_id,
+                seq=seq,
+                key=key,
+                kind=kind,
+                name=name,
+                input_hash=digest,
+                input=self._stored_input(input) if store_input else None,
+                status=StepStatus.INTENT,
+                epoch=self.lease.epoch,
+                started_at=time.time(),
+            )
+            self.world.insert_intent(step)
+        self.recorded[seq] = step
+        self._crash(seq, "after_intent")
+        self._emit(step, "start")
+        started = time.monotonic()
+        outcome = call(seq)
+        duration = time.monotonic() - started
+        self._crash(seq, "after_run")
+        meta = {**outcome.meta, "duration": round(duration, 6), "turn_attempt": self.lease.attempt}
+        output, blob = self._stored_output(outcome.value)
+        self.world.finish_step(
+            self.turn_id, seq, self.lease.epoch, StepStatus.DONE, output, blob, meta
+        )
+        done = _replace(
+            step,
+            status=StepStatus.DONE,
+            output=output,
+            output_blob=blob,
+            finished_at=time.time(),
+            meta=meta,
+        )
+        self.recorded[seq] = done
+        self._crash(seq, "after_outcome")
+        self._emit(done, "done", duration)
+        return StepResult(outcome.value, StepStatus.DONE, False, done)
+
+    # -- helpers -------------------------------------------------------------------
+    def _refuse_live(self, seq: int, kind: str, name: str) -> None:
+        if self.replay_only:
+            raise ReplayDivergence(
+                f"turn {self.turn_id} step {seq} ({kind} {name}) has no recorded outcome: "
+                "a replay from the journal alone cannot go past it"
+            )
+
+    def _finish_possibly_ran(self, step: Step) -> StepResult:
+        message = POSSIBLY_RAN_MESSAGE.format(key=f"{self.turn_id}:{step.seq}")
+        meta = {"turn_attempt": self.lease.attempt}
+        output = canonical_json(message)
+        self.world.finish_step(
+            self.turn_id, step.seq, self.lease.epoch, StepStatus.POSSIBLY_RAN, output, None, meta
+        )
+        done = _replace(step, status=StepStatus.POSSIBLY_RAN, output=output, meta=meta)
+        self.recorded[step.seq] = done
+        self._emit(done, "possibly_ran")
+        return StepResult(message, StepStatus.POSSIBLY_RAN, False, done)
+
+    def _check_same(self, rec: Step, kind: str, name: str, key: str, digest: str) -> None:
+        diffs = [
+            f"{field_name} recorded {old!r}, now {new!r}"
+            for field_name, old, new in (
+                ("kind", rec.kind, kind),
+                ("name", rec.name, name),
+                ("key", rec.key, key),
+                ("input hash", rec.input_hash[:12], digest[:12]),
+            )
+            if old != new
+        ]
+        if diffs:
+            raise ReplayDivergence(
+                f"turn {self.turn_id} step {rec.seq} does not match its journal row "
+                f"({'; '.join(diffs)}). The code, tools or prompt changed under a turn in "
+                "flight; finish it with the version that started it, or start a new turn."
+            )
+
+    def _stored_input(self, value: Any) -> str:
+        text = canonical_json(value)
+        if len(text) <= self.blob_threshold:
+            return text
+        return BLOB_PREFIX + self.world.put_blob(text.encode())
+
+    def _stored_output(self, value: Any) -> tuple[str | None, str | None]:
+        text = canonical_json(value)
+        if len(text) <= self.blob_threshold:
+            return text, None
+        return None, self.world.put_blob(text.encode())
+
+    def _output(self, step: Step) -> Any:
+        return decode_output(self.world, step)
+
+    def _crash(self, seq: int, point: Any) -> None:
+        if self.crash is not None:
+            self.crash.check(seq, point)
+
+    def _emit(self, step: Step, phase: str, duration: float = 0.0) -> None:
+        if self.on_step is not None:
+            self.on_step(
+                StepEvent(step.seq, step.kind, step.name, phase, step.attempts, duration, step.meta)
+            )
+
+
+def decode_output(world: World, step: Step) -> Any:
+    """The recorded outcome of ``step`` as a JSON value (None if it has none)."""
+    try:
+        if step.output_blob is not None:
+            return json.loads(world.get_blob(step.output_blob))
+        return json.loads(step.output) if step.output is not None else None
+    except ValueError as exc:
+        raise CorruptJournal(
+            f"turn {step.turn_id} step {step.seq}: output is not valid JSON ({exc}); "
+            "inspect it with `durable-harness show`, then fail the turn or start a new one"
+        ) from exc

@@ -1,0 +1,61 @@
+"""Lease renewal: keeps a claimed turn's lease alive while the turn runs.
+
+A daemon thread renews every third of the lease. If a renewal is refused (another worker
+took the turn: the epoch moved on) it stops and marks the lease lost; the turn's own
+writes are fenced by the World anyway, so a lost lease can never corrupt the journal.
+A renewal that fails for a transient reason (database busy, network) is retried on the
+next tick: the lease only runs out if renewals fail for a whole lease period.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+
+from durable_harness.harness.errors import LeaseLost, WorldError
+from durable_harness.worlds.base import Lease, World
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    def __init__(self, world: World, lease: Lease, lease_seconds: float) -> None:
+        self.world = world
+        self.lease = lease
+        self.lease_seconds = lease_seconds
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"lease-{lease.turn_id}", daemon=True
+        )
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.lease_seconds)
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` if a renewal was refused."""
+        if self.lost.is_set():
+            raise LeaseLost(f"lease on turn {self.lease.turn_id} was lost to another worker")
+
+    def _loop(self) -> None:
+        interval = max(self.lease_seconds / 3.0, 0.05)
+        while not self._stop.wait(interval):
+            try:
+                self.lease = self.world.renew(self.lease, self.lease_seconds)
+            except LeaseLost:
+                log.warning("lease on turn %s lost to another worker", self.lease.turn_id)
+                self.lost.set()
+                return
+            except WorldError as exc:
+                log.warning("renewing lease on turn %s failed: %s", self.lease.turn_id, exc)

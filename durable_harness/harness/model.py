@@ -1,0 +1,75 @@
+"""Model client for the built-in agent: Anthropic Messages through the ``anthropic`` SDK.
+
+The endpoint comes from ``ANTHROPIC_BASE_URL`` (or the turn's ``base_url``), the key from
+``ANTHROPIC_API_KEY``; the key is never stored in the World. SDK errors are mapped to
+:class:`ModelError` (retryable: the step stays an intent and is asked again).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+from durable_harness.harness.errors import ConfigError, ModelError
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+#: Placeholder key for loopback endpoints (the bundled fake model accepts any key).
+LOOPBACK_KEY = "durable-harness-local"
+
+
+def is_loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_endpoint(base_url: str | None) -> tuple[str, str]:
+    """Return ``(base_url, api_key)``; ConfigError when a real endpoint has no key."""
+    url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+    key = os.environ.get("ANTHROPIC_API_KEY", "")
+    if not key:
+        if not is_loopback(url):
+            raise ConfigError(
+                f"no API key for {url}: set ANTHROPIC_API_KEY, or point ANTHROPIC_BASE_URL "
+                "at a local endpoint (e.g. `durable-harness fake-model`)"
+            )
+        key = LOOPBACK_KEY
+    return url, key
+
+
+class ModelClient:
+    """Sends one Messages request and returns the reply as plain JSON."""
+
+    def __init__(self, base_url: str | None = None, timeout: float = 600.0) -> None:
+        import anthropic
+
+        url, key = resolve_endpoint(base_url)
+        self.base_url = url
+        # Retries happen at the journal level (the step stays an intent); one SDK retry
+        # smooths over a dropped connection without hiding a dead endpoint for long.
+        self._client = anthropic.Anthropic(
+            base_url=url, api_key=key, timeout=timeout, max_retries=1
+        )
+
+    def create(self, request: dict[str, Any]) -> dict[str, Any]:
+        import anthropic
+
+        try:
+            message = self._client.messages.create(**request)
+        except anthropic.APIStatusError as exc:
+            raise ModelError(
+                f"model endpoint {self.base_url} answered {exc.status_code}: {exc.message}"
+            ) from exc
+        except anthropic.APIError as exc:
+            raise ModelError(f"model endpoint {self.base_url} failed: {exc}") from exc
+        reply: dict[str, Any] = message.model_dump(mode="json", exclude_none=True)
+        return reply
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,231 @@
+"""Host tools: what a user declares, and how they are loaded and checked.
+
+A tool declares its name, description, input schema (a pydantic model or a JSON schema),
+its **replay** rule and the function (invariant 4):
+
+* ``replay="safe"``: running it again after an interruption is harmless (a lookup, an
+  idempotent write); an interrupted call simply runs again.
+* ``replay="never"``: it must not run twice (a refund, an email, a deploy); if it was
+  interrupted, the model is told it *possibly ran* and must check before retrying.
+
+There is no default: a tool without a label is refused, naming the tool.
+
+The function is called as ``fn(args, ctx)`` (or ``fn(args)``), where ``args`` is the
+validated pydantic model (or a dict for a JSON-schema tool) and ``ctx`` a
+:class:`ToolContext` carrying the step's idempotency key ``<turn_id>:<seq>`` (invariant 5),
+the same on every retry of that step: hand it to the downstream API.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ValidationError
+
+from durable_harness.harness.errors import ToolDefinitionError
+
+Replay = Literal["safe", "never"]
+REPLAY_RULES: tuple[str, ...] = get_args(Replay)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a running tool may know about its step."""
+
+    turn_id: str
+    session_id: str
+    seq: int
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries of this step: ``<turn_id>:<seq>``."""
+        return f"{self.turn_id}:{self.seq}"
+
+
+class ToolInputError(ValueError):
+    """The model sent input that does not match the tool's schema (a tool error result)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: type[BaseModel] | dict[str, Any]
+    replay: Replay
+    fn: Callable[..., Any]
+
+    def __post_init__(self) -> None:
+        check_replay(self.name, self.replay)
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ToolDefinitionError(
+                f"tool name {self.name!r} is invalid: use letters, digits, '_' or '-'"
+            )
+        if not callable(self.fn):
+            raise ToolDefinitionError(f"tool {self.name!r}: fn is not callable")
+        if not (
+            isinstance(self.input_schema, dict)
+            or (isinstance(self.input_schema, type) and issubclass(self.input_schema, BaseModel))
+        ):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: input_schema must be a pydantic model or a JSON schema dict"
+            )
+
+    def json_schema(self) -> dict[str, Any]:
+        if isinstance(self.input_schema, dict):
+            return self.input_schema
+        return self.input_schema.model_json_schema()
+
+    def anthropic_spec(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.json_schema(),
+        }
+
+    def parse_input(self, raw: dict[str, Any]) -> Any:
+        if isinstance(self.input_schema, dict):
+            return raw
+        try:
+            return self.input_schema.model_validate(raw)
+        except ValidationError as exc:
+            raise ToolInputError(f"invalid input for {self.name}: {exc}") from exc
+
+    def invoke(self, raw: dict[str, Any], ctx: ToolContext) -> Any:
+        args = self.parse_input(raw)
+        if len(inspect.signature(self.fn).parameters) >= 2:
+            return self.fn(args, ctx)
+        return self.fn(args)
+
+
+def check_replay(name: str, replay: object) -> None:
+    if replay not in REPLAY_RULES:
+        raise ToolDefinitionError(
+            f"tool {name!r} has no valid replay label (got {replay!r}): declare "
+            "replay='safe' if running it twice is harmless, or replay='never' if it has a "
+            "side effect that must not repeat"
+        )
+
+
+def tool(
+    *,
+    replay: Replay,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: type[BaseModel] | dict[str, Any] | None = None,
+) -> Callable[[Callable[..., Any]], Tool]:
+    """Decorator: ``@tool(replay="never")`` over ``def refund(args: RefundArgs, ctx): ...``.
+
+    The schema defaults to the annotation of the first parameter, the description to the
+    docstring.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        tool_name = name or fn.__name__
+        check_replay(tool_name, replay)
+        schema = input_schema
+        if schema is None:
+            params = list(inspect.signature(fn, eval_str=True).parameters.values())
+            schema = params[0].annotation if params else None
+            if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+                raise ToolDefinitionError(
+                    f"tool {tool_name!r}: annotate the first parameter with a pydantic "
+                    "model or pass input_schema="
+                )
+        return Tool(
+            name=tool_name,
+            description=description or inspect.getdoc(fn) or tool_name,
+            input_schema=schema,
+            replay=replay,
+            fn=fn,
+        )
+
+    return wrap
+
+
+def coerce_tool(obj: object, origin: str) -> Tool:
+    """Accept a :class:`Tool` or a dict with the same fields; refuse anything unlabelled."""
+    if isinstance(obj, Tool):
+        return obj
+    if isinstance(obj, dict):
+        name = str(obj.get("name") or "<unnamed>")
+        if "replay" not in obj:
+            check_replay(name, None)
+        try:
+            return Tool(
+                name=name,
+                description=str(obj.get("description", name)),
+                input_schema=obj.get("input_schema", {"type": "object"}),
+                replay=obj["replay"],
+                fn=obj["fn"],
+            )
+        except KeyError as exc:
+            raise ToolDefinitionError(f"tool {name!r} in {origin}: missing {exc}") from exc
+    name = getattr(obj, "__name__", repr(obj))
+    raise ToolDefinitionError(
+        f"{origin}: {name!r} is not a tool; wrap it with @tool(replay='safe'|'never')"
+    )
+
+
+class ToolRegistry:
+    """The tools a turn offers, by name. Names are unique."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, t: Tool) -> None:
+        if t.name in self._tools:
+            raise ToolDefinitionError(f"tool {t.name!r} is defined twice")
+        self._tools[t.name] = t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __iter__(self) -> Any:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def load_tools(spec: str) -> list[Tool]:
+    """Load ``path/to/file.py:NAME`` where NAME is a list of tools in that file."""
+    path_text, sep, attr = spec.rpartition(":")
+    if not sep or not path_text or not attr:
+        raise ToolDefinitionError(
+            f"--tools {spec!r}: expected path/to/file.py:NAME (NAME is a list of tools)"
+        )
+    path = Path(path_text)
+    if not path.is_file():
+        raise ToolDefinitionError(f"--tools {spec!r}: cannot read {path} (no such file)")
+    module_name = f"durable_harness_user_tools_{abs(hash(str(path.resolve())))}"
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ToolDefinitionError(f"--tools {spec!r}: {path} is not a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error is theirs to fix
+        raise ToolDefinitionError(
+            f"--tools {spec!r}: importing {path} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not hasattr(module, attr):
+        raise ToolDefinitionError(f"--tools {spec!r}: {path} defines no {attr!r}")
+    items = getattr(module, attr)
+    if isinstance(items, (Tool, dict)) or not isinstance(items, Iterable):
+        raise ToolDefinitionError(f"--tools {spec!r}: {attr} must be a list of tools")
+    return [coerce_tool(item, f"{path}:{attr}") for item in items]
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON spelling used for hashing and storing inputs and outputs."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

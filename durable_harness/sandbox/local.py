@@ -1,0 +1,254 @@
+"""The local sandbox: a host folder and one persistent bash driven through pexpect.
+
+For users who opt in to letting an agent act on their own machine. ``read``/``write``/
+``edit`` are confined to the folder (``..`` and symlinks leading out are refused); the
+shell is a real host shell, so ``bash`` commands are *not* confined: that is the opt-in.
+
+The shell protocol, per command:
+
+* the command is written to a private file and run with ``eval "$(< file)"`` from a
+  short line sent to the shell, so a command of any length, with quotes, heredocs or a
+  syntax error, never leaves the shell waiting for more input;
+* the line prints a start marker, evals the command with stdin from ``/dev/null`` (a
+  command that waits for input fails instead of hanging), then prints a newline, an end
+  marker and ``$?``. Markers hold a random token made anew for every command, so output
+  that happens to look like a marker or a prompt cannot end a command early, and the
+  added newline is removed, so output without a trailing newline comes back exact;
+* the shell runs on a pty, so **stderr is merged into stdout** (``ShellResult.stderr`` is
+  always empty) and programs see a terminal;
+* on timeout the shell's foreground job gets SIGINT (Ctrl-C through the pty); if the shell
+  does not answer a fresh marker within two seconds it is killed with its process group
+  and restarted in the root folder, losing cwd and variables. ``timed_out=True``, exit
+  code 124;
+* if the command ends the shell (``exit 3``), its status is returned and a new shell is
+  started for the next command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import tempfile
+import termios
+import time
+from pathlib import Path
+from typing import Any
+
+import pexpect
+
+from durable_harness.harness.errors import SandboxError
+from durable_harness.sandbox.base import Sandbox, ShellResult
+
+__all__ = ["LocalSandbox"]
+
+_TIMEOUT_EXIT_CODE = 124  # what GNU timeout returns, so agents recognise it
+_RESYNC_SECONDS = 2.0
+_START_SECONDS = 10.0
+
+# Settings for a shell that no human reads: no prompts, no pagers or credential prompts
+# that would wait on the terminal, no history file.
+_SHELL_ENV = {
+    "PS1": "",
+    "PS2": "",
+    "PROMPT_COMMAND": "",
+    "TERM": "dumb",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "GIT_TERMINAL_PROMPT": "0",
+    "HISTFILE": "/dev/null",
+}
+# Job control off keeps every child in the shell's process group, so Ctrl-C reaches the
+# foreground command and close() can kill everything at once; +H stops "!" expansion.
+_SHELL_SETUP = "set +m +H; unset PROMPT_COMMAND"
+
+
+class LocalSandbox(Sandbox):
+    """A host folder with one persistent shell, started lazily on the first ``bash``.
+
+    ``timeout`` is the default for ``bash`` calls that pass ``timeout=None``.
+    """
+
+    journaled = False
+
+    def __init__(self, root: Path, timeout: float = 60.0) -> None:
+        root = Path(root).expanduser()
+        if not root.is_dir():
+            raise SandboxError(f"sandbox folder {root} does not exist or is not a directory")
+        self.root = root.resolve()
+        self.timeout = timeout
+        self._child: Any = None
+        self._scratch = Path(tempfile.mkdtemp(prefix="durable-harness-shell-"))
+        self._script = self._scratch / "command.sh"
+
+    # -- files ---------------------------------------------------------------------
+
+    def _resolve(self, path: str) -> Path:
+        """The real path for ``path`` (relative to the root); SandboxError if it leads
+        outside the root, through ``..`` or a symlink."""
+        if not path or "\x00" in path:
+            raise SandboxError(f"invalid path {path!r}")
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            candidate = self.root / candidate
+        resolved = candidate.resolve()
+        if not resolved.is_relative_to(self.root):
+            raise SandboxError(
+                f"path {path!r} is outside the sandbox folder {self.root}; "
+                "use a path relative to it"
+            )
+        return resolved
+
+    def read(self, path: str) -> str:
+        """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
+        full = self._resolve(path)
+        try:
+            return full.read_bytes().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            raise SandboxError(f"read: no such file: {path}") from None
+        except OSError as exc:
+            raise SandboxError(f"read: {path}: {exc.strerror or exc}") from None
+
+    def write(self, path: str, content: str) -> None:
+        """Create or replace the file (and its parent directories) with ``content``."""
+        full = self._resolve(path)
+        try:
+            full.parent.mkdir(parents=True, exist_ok=True)
+            full.write_bytes(content.encode("utf-8"))
+        except OSError as exc:
+            raise SandboxError(f"write: {path}: {exc.strerror or exc}") from None
+
+    def edit(self, path: str, old: str, new: str) -> None:
+        if not old:
+            raise SandboxError("edit: the text to replace is empty; give the exact text")
+        text = self.read(path)
+        found = text.count(old)
+        if found == 0:
+            raise SandboxError(
+                f"edit: the text to replace was not found in {path}; "
+                "read the file and copy the text exactly"
+            )
+        if found > 1:
+            raise SandboxError(
+                f"edit: the text to replace occurs {found} times in {path}; "
+                "include more surrounding lines so it occurs once"
+            )
+        self.write(path, text.replace(old, new, 1))
+
+    # -- shell ---------------------------------------------------------------------
+
+    def bash(self, command: str, timeout: float | None = None) -> ShellResult:
+        """Run ``command`` in the persistent shell (stderr merged into stdout)."""
+        limit = self.timeout if timeout is None else timeout
+        if limit <= 0:
+            raise SandboxError(f"timeout must be positive, got {limit}")
+        child = self._shell()
+        self._script.write_bytes(command.encode("utf-8"))
+        token = secrets.token_hex(8)
+        # The markers are printed from two halves so that the line itself, should a
+        # command turn terminal echo back on, never contains them.
+        child.sendline(
+            f"printf '%s_%s\\n' __DHS {token}; "
+            f'eval "$(< {shlex.quote(str(self._script))})" < /dev/null; '
+            f"printf '\\n%s_%s:%d\\n' __DHE {token} $?"
+        )
+        start = re.compile(rb"__DHS_" + token.encode() + rb"\r?\n")
+        end = re.compile(rb"\n__DHE_" + token.encode() + rb":(\d+)\r?\n")
+        deadline = time.monotonic() + limit
+        try:
+            child.expect(start, timeout=limit)
+            child.expect(end, timeout=max(deadline - time.monotonic(), 0.0))
+        except pexpect.TIMEOUT:
+            partial = _text(child.before)
+            self._interrupt()
+            note = f"bash: timed out after {limit:g}s; the command was stopped\n"
+            return ShellResult(_TIMEOUT_EXIT_CODE, partial + note, "", timed_out=True)
+        except pexpect.EOF:
+            output = _text(child.before)
+            status = _exit_status(child)
+            self._stop()
+            return ShellResult(status, _strip_start(output, token), "")
+        return ShellResult(int(child.match.group(1)), _text(child.before), "")
+
+    def _shell(self) -> Any:
+        if self._child is not None:
+            if self._child.isalive():
+                return self._child
+            self._stop()
+        child = pexpect.spawn(
+            "bash",
+            ["--noprofile", "--norc", "--noediting"],
+            cwd=str(self.root),
+            env={**os.environ, **_SHELL_ENV},
+            echo=False,
+            dimensions=(40, 250),
+            maxread=65536,
+        )
+        child.delaybeforesend = None  # pexpect's default 50 ms pause per line is for humans
+        # Newlines arrive as "\n", not the terminal's "\r\n".
+        attrs = termios.tcgetattr(child.child_fd)
+        attrs[1] &= ~termios.ONLCR
+        termios.tcsetattr(child.child_fd, termios.TCSANOW, attrs)
+        self._child = child
+        if not self._sync(_START_SECONDS, _SHELL_SETUP):
+            self._stop()
+            raise SandboxError("could not start bash in the local sandbox")
+        return child
+
+    def _sync(self, timeout: float, prefix: str = ":") -> bool:
+        """Send a fresh marker and wait for it: True once the shell reads commands again."""
+        token = secrets.token_hex(8)
+        self._child.sendline(f"{prefix}; printf '%s_%s\\n' __DHR {token}")
+        try:
+            self._child.expect_exact(f"__DHR_{token}".encode(), timeout=timeout)
+        except (pexpect.TIMEOUT, pexpect.EOF):
+            return False
+        return True
+
+    def _interrupt(self) -> None:
+        """Stop the running command: Ctrl-C, then kill and forget the shell if need be."""
+        try:
+            self._child.sendintr()
+            if self._sync(_RESYNC_SECONDS):
+                return
+        except OSError:
+            pass
+        self._stop()
+
+    def _stop(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.close(force=True)
+
+    def close(self) -> None:
+        """Kill the shell and every process in its group; remove the command file."""
+        self._stop()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _text(data: Any) -> str:
+    if not isinstance(data, bytes):
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def _strip_start(output: str, token: str) -> str:
+    """Output after the start marker, for a command that ended the shell."""
+    match = re.search(f"__DHS_{token}\r?\n", output)
+    return output[match.end() :] if match else output
+
+
+def _exit_status(child: Any) -> int:
+    child.close(force=True)
+    if child.exitstatus is not None:
+        return int(child.exitstatus)
+    if child.signalstatus is not None:
+        return 128 + int(child.signalstatus)
+    return 1

@@ -1,0 +1,507 @@
+"""The virtual sandbox: an in-memory workspace and a bash-compatible interpreter.
+
+Files live in a just-bash ``InMemoryFs`` (see :mod:`.virtual_fs`); commands run in
+just-bash's pure-Python interpreter. No host binary ever runs and there is no network:
+just-bash only registers ``curl`` when given a fetch function, and we never give one.
+
+Guarantees and how they are kept:
+
+* **Caps.** The file count, directory count and total bytes are checked on every write
+  to the filesystem, whoever makes it (``write``/``edit`` or a bash command), because
+  every mutation goes through one dict (:mod:`.virtual_fs`). A write that would pass
+  a cap fails like a full disk (``ENOSPC``) inside the command, so nothing is ever
+  silently truncated: the file is either written whole or not at all. ``write``/``edit``
+  raise :class:`WorkspaceLimit`; ``bash`` lets the command finish (its writes before the
+  limit stay, like on a full disk) and then raises :class:`WorkspaceLimit` whose message
+  carries the command's output.
+* **Timeouts**, in three layers: (1) the interpreter's own limit checks run before every
+  statement and loop iteration; :class:`_DeadlineLimits` makes them fail once the
+  deadline passes, which stops shell loops; (2) ``asyncio.wait_for`` cancels commands
+  that wait (``sleep``); (3) the command runs in its own thread, and if it is still busy
+  in one long Python computation a second after the deadline, an exception is raised
+  inside that thread. If even that fails within another second the thread is abandoned
+  and the workspace is rolled back to its state before the command. A timed-out command
+  returns ``timed_out=True`` and exit code 124. One long step inside C code (building a
+  list of 10**8 numbers in ``jq``) holds the GIL and overruns until it ends: nothing in
+  the process can interrupt it.
+* **Determinism.** ``export_state`` lists files sorted by path; equal workspaces export
+  equal states.
+
+Limits of the format: :class:`SandboxState` holds file bytes and cwd only, so file modes,
+mtimes, empty directories (other than the cwd) and shell variables are not carried
+across ``import_state`` (a restored file starting with ``#!`` is made executable, since
+scripts almost always are); a symlink is exported as a copy of the file it points to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import posixpath
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+from just_bash import Bash, ExecResult, ExecutionLimits
+from just_bash.commands import create_command_registry
+from just_bash.interpreter import ExecutionLimitError
+
+from durable_harness.harness.errors import SandboxError, WorkspaceLimit
+from durable_harness.sandbox.base import Sandbox, SandboxState, ShellResult
+from durable_harness.sandbox.virtual_fs import WORKSPACE, CappedFs, WorkspaceFull, drive
+
+__all__ = ["WORKSPACE", "VirtualSandbox"]
+
+# Seconds a command may overrun its timeout before it is interrupted by force, and again
+# before its thread is abandoned.
+_GRACE_SECONDS = 1.0
+_TIMEOUT_EXIT_CODE = 124  # what GNU timeout returns, so agents recognise it
+_OUTPUT_IN_ERROR = 4000  # characters of command output kept in a WorkspaceLimit message
+
+# just-bash's sqlite3 command opens a real sqlite3 connection, and SQL such as
+# ``ATTACH '/tmp/x.db'`` or ``VACUUM INTO`` then reads and writes host files.
+_UNSAFE_COMMANDS = frozenset({"sqlite3"})
+
+
+class _Xargs:
+    """just-bash's xargs, reading options the way GNU xargs does.
+
+    just-bash silently ignores options written attached (``-I{}``, ``-n1``, ``-d,``), so
+    ``xargs -I{} touch f{}`` ran one ``touch`` with every input line as an argument; and
+    its ``-I`` splits input on any blank instead of on lines.
+    """
+
+    name = "xargs"
+    _WITH_VALUE = ("-I", "-n", "-d", "-P")
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def execute(self, args: list[str], ctx: Any) -> Any:
+        return await self._inner.execute(self.normalize(args), ctx)
+
+    @classmethod
+    def normalize(cls, args: list[str]) -> list[str]:
+        options: list[str] = []
+        i = 0
+        while i < len(args) and args[i].startswith("-") and args[i] != "--":
+            arg = args[i]
+            if arg in cls._WITH_VALUE and i + 1 < len(args):
+                options += [arg, args[i + 1]]
+                i += 2
+                continue
+            if arg[:2] in cls._WITH_VALUE and len(arg) > 2:
+                options += [arg[:2], arg[2:]]
+            elif arg == "-i":
+                options += ["-I", "{}"]
+            else:
+                options.append(arg)
+            i += 1
+        if args[i : i + 1] == ["--"]:
+            i += 1
+        if "-I" in options and "-d" not in options and "-0" not in options:
+            options += ["-d", "\n"]
+        return options + args[i:]
+
+
+class _Cat:
+    """just-bash's cat, except that plain ``cat [FILE|-]...`` copies bytes exactly.
+
+    just-bash's cat works line by line and always ends the output with a newline, so
+    ``cat a b > c`` changed files; options (``-n``, ``-A``...) still go to it.
+    """
+
+    name = "cat"
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def execute(self, args: list[str], ctx: Any) -> Any:
+        names = args[1:] if args[:1] == ["--"] else args
+        if any(name.startswith("-") and name != "-" for name in names):
+            return await self._inner.execute(args, ctx)
+        out: list[str] = []
+        errors: list[str] = []
+        for name in names or ["-"]:
+            if name == "-":
+                out.append(ctx.stdin)
+                continue
+            try:
+                out.append(await ctx.fs.read_file(ctx.fs.resolve_path(ctx.cwd, name)))
+            except FileNotFoundError:
+                errors.append(f"cat: {name}: No such file or directory\n")
+            except IsADirectoryError:
+                errors.append(f"cat: {name}: Is a directory\n")
+        return ExecResult(stdout="".join(out), stderr="".join(errors), exit_code=1 if errors else 0)
+
+
+class _DeadlineLimits:
+    """Stands in for just-bash's ``ExecutionLimits``; counts read as -1 after the deadline.
+
+    The interpreter compares its counters with these limits before every statement and
+    loop iteration, so once the deadline has passed its own check raises
+    ``ExecutionLimitError`` wherever the script is, and ``tripped`` records that it was
+    the clock, not a real limit.
+    """
+
+    max_call_depth = 100
+
+    def __init__(self) -> None:
+        self.deadline = float("inf")
+        self.tripped = False
+
+    def arm(self, timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.tripped = False
+
+    def disarm(self) -> None:
+        self.deadline = float("inf")
+
+    def _limit(self, value: int) -> int:
+        if time.monotonic() > self.deadline:
+            self.tripped = True
+            return -1
+        return value
+
+    @property
+    def max_command_count(self) -> int:
+        return self._limit(10_000_000)
+
+    @property
+    def max_loop_iterations(self) -> int:
+        return self._limit(1_000_000)
+
+    @property
+    def max_awk_iterations(self) -> int:
+        return self._limit(1_000_000)
+
+    @property
+    def max_sed_iterations(self) -> int:
+        return self._limit(1_000_000)
+
+
+class _ForcedStop(BaseException):
+    """Raised inside a command's thread that overran its timeout (not an Exception, so
+    the interpreter's ``except Exception`` handlers do not swallow it)."""
+
+
+@dataclass
+class _Run:
+    result: Any = None
+    error: BaseException | None = None
+    abandoned: bool = False
+
+
+def _state(shell: Any) -> Any:
+    """The interpreter state of a just-bash shell. just-bash has no public handle for the
+    command counter, functions and cwd that we must reset or carry over (pinned < 0.3)."""
+    return shell._interpreter.state
+
+
+def _raise_in_thread(thread: threading.Thread, exc_type: type[BaseException]) -> None:
+    # CPython's documented way to interrupt pure-Python code running in another thread.
+    ident = thread.ident
+    if ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(ident), ctypes.py_object(exc_type)
+        )
+
+
+class VirtualSandbox(Sandbox):
+    """An in-memory workspace rooted at ``/workspace`` with a bash-compatible shell.
+
+    Not thread-safe: make one call at a time. Shell variables, functions and the cwd
+    persist between ``bash`` calls as in a terminal; ``exit`` only ends the command.
+    """
+
+    journaled = True
+
+    def __init__(
+        self,
+        max_files: int = 500,
+        max_bytes: int = 10 * 1024 * 1024,
+        files: dict[str, bytes] | None = None,
+    ) -> None:
+        if max_files < 1 or max_bytes < 1:
+            raise SandboxError("max_files and max_bytes must be positive")
+        self._limits = _DeadlineLimits()
+        self._fs = CappedFs(max_files, max_bytes)
+        self._shell = self._new_shell()
+        if files:
+            self.import_state(SandboxState(files=files, cwd=WORKSPACE))
+
+    def _new_shell(self) -> Any:
+        commands = create_command_registry()
+        for name in _UNSAFE_COMMANDS:
+            commands.pop(name, None)
+        commands["xargs"] = _Xargs(commands["xargs"])
+        commands["cat"] = _Cat(commands["cat"])
+        return Bash(
+            fs=self._fs,
+            cwd=WORKSPACE,
+            env={"HOME": WORKSPACE},
+            # Duck-typed: just-bash only reads the max_* attributes of its limits.
+            limits=cast(ExecutionLimits, self._limits),
+            commands=commands,
+            # just-bash otherwise rewrites "&lt;" to "<" in scripts; run what was written.
+            unescape_html=False,
+        )
+
+    # -- files ---------------------------------------------------------------------
+
+    def _resolve(self, path: str) -> str:
+        """The absolute virtual path for ``path``; SandboxError if it leaves the root."""
+        if not path or "\x00" in path:
+            raise SandboxError(f"invalid path {path!r}")
+        joined = path if path.startswith("/") else f"{WORKSPACE}/{path}"
+        full = "/" + posixpath.normpath(joined).lstrip("/")
+        try:
+            real = drive(self._fs.realpath(full))
+        except OSError as exc:  # a symlink loop
+            raise SandboxError(f"{path}: {exc}") from None
+        for candidate in (full, real):
+            if candidate != WORKSPACE and not candidate.startswith(WORKSPACE + "/"):
+                raise SandboxError(
+                    f"path {path!r} is outside the workspace {WORKSPACE}; use a path relative to it"
+                )
+        return str(full)
+
+    def read(self, path: str) -> str:
+        """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
+        full = self._resolve(path)
+        try:
+            data: bytes = drive(self._fs.read_file_bytes(full))
+        except FileNotFoundError:
+            raise SandboxError(f"read: no such file: {path}") from None
+        except IsADirectoryError:
+            raise SandboxError(f"read: {path} is a directory") from None
+        except OSError as exc:
+            raise SandboxError(f"read: {path}: {exc}") from None
+        return data.decode("utf-8", errors="replace")
+
+    def write(self, path: str, content: str) -> None:
+        """Create or replace the file (and its parent directories) with ``content``."""
+        full = self._resolve(path)
+        self._fs.entries.limit_hit = None
+        try:
+            drive(self._fs.write_file(full, content.encode("utf-8")))
+        except WorkspaceFull as exc:
+            raise WorkspaceLimit(exc.message) from None
+        except OSError as exc:
+            raise SandboxError(f"write: {path}: {exc}") from None
+
+    def edit(self, path: str, old: str, new: str) -> None:
+        if not old:
+            raise SandboxError("edit: the text to replace is empty; give the exact text")
+        text = self.read(path)
+        found = text.count(old)
+        if found == 0:
+            raise SandboxError(
+                f"edit: the text to replace was not found in {path}; "
+                "read the file and copy the text exactly"
+            )
+        if found > 1:
+            raise SandboxError(
+                f"edit: the text to replace occurs {found} times in {path}; "
+                "include more surrounding lines so it occurs once"
+            )
+        self.write(path, text.replace(old, new, 1))
+
+    # -- shell ---------------------------------------------------------------------
+
+    def bash(self, command: str, timeout: float = 60.0) -> ShellResult:
+        """Run ``command``; WorkspaceLimit if it tried to pass a cap (see module doc)."""
+        if timeout <= 0:
+            raise SandboxError(f"timeout must be positive, got {timeout}")
+        before = dict(self._fs.entries)
+        self._fs.entries.limit_hit = None
+        # just-bash counts commands over the shell's whole life; the limit is per call.
+        _state(self._shell).command_count = 0
+        self._limits.arm(timeout)
+        try:
+            run = self._run_in_thread(command, timeout)
+        finally:
+            self._limits.disarm()
+            self._fs.forget_process_substitutions()
+        if run.abandoned:
+            self._rebuild(before)
+            return ShellResult(
+                exit_code=_TIMEOUT_EXIT_CODE,
+                stdout="",
+                stderr=(
+                    f"bash: timed out after {timeout:g}s and could not be interrupted; "
+                    "the workspace was rolled back to its state before the command\n"
+                ),
+                timed_out=True,
+            )
+        result = self._to_shell_result(run, timeout)
+        hit = self._fs.entries.limit_hit
+        if hit is not None:
+            raise WorkspaceLimit(_limit_message(hit.message, result))
+        return result
+
+    def _run_in_thread(self, command: str, timeout: float) -> _Run:
+        """Run the command in its own thread and event loop.
+
+        A thread of its own lets a stuck command be interrupted (see module doc) and
+        keeps just-bash from patching the caller's event loop with nest_asyncio.
+        """
+        run = _Run()
+        shell = self._shell
+
+        async def execute() -> Any:
+            return await asyncio.wait_for(shell.exec(command), timeout)
+
+        def target() -> None:
+            try:
+                run.result = asyncio.run(execute())
+            except BaseException as exc:  # carried back to the calling thread
+                run.error = exc
+
+        thread = threading.Thread(target=target, name="virtual-bash", daemon=True)
+        thread.start()
+        thread.join(timeout + _GRACE_SECONDS)
+        if thread.is_alive():
+            _raise_in_thread(thread, _ForcedStop)
+            thread.join(_GRACE_SECONDS)
+            run.abandoned = thread.is_alive()
+        return run
+
+    def _to_shell_result(self, run: _Run, timeout: float) -> ShellResult:
+        error = run.error
+        timed_out = isinstance(error, (TimeoutError, _ForcedStop)) or self._limits.tripped
+        if error is not None:
+            self._reset_transient_state(recount=isinstance(error, _ForcedStop))
+        if timed_out:
+            stdout = "" if error is not None else _text(run.result.stdout)
+            stderr = "" if error is not None else _text(run.result.stderr)
+            return ShellResult(
+                exit_code=_TIMEOUT_EXIT_CODE,
+                stdout=stdout,
+                stderr=stderr + f"bash: timed out after {timeout:g}s; the command was stopped\n",
+                timed_out=True,
+            )
+        if isinstance(error, ExecutionLimitError):
+            return ShellResult(exit_code=1, stdout="", stderr=f"bash: {error}\n")
+        if isinstance(error, WorkspaceFull):
+            return ShellResult(exit_code=1, stdout="", stderr=f"bash: {error}\n")
+        if error is not None:
+            raise SandboxError(f"the virtual shell failed: {error!r}") from error
+        return ShellResult(
+            exit_code=int(run.result.exit_code),
+            stdout=_text(run.result.stdout),
+            stderr=_text(run.result.stderr),
+        )
+
+    def _reset_transient_state(self, recount: bool) -> None:
+        """Undo per-command interpreter state left behind when a command was aborted."""
+        state = _state(self._shell)
+        state.loop_depth = state.call_depth = state.source_depth = 0
+        state.in_condition = False
+        state.group_stdin = None
+        state.local_scopes = []
+        if recount:
+            self._fs.entries.recount()
+
+    def _rebuild(self, snapshot: dict[str, Any]) -> None:
+        """Start over after abandoning a command's thread: a new filesystem holding the
+        snapshot (the old one may still be written by that thread) and a new shell
+        keeping cwd, variables and functions."""
+        old = _state(self._shell)
+        entries = self._fs.entries
+        self._fs = CappedFs(entries.max_files, entries.max_bytes)
+        self._fs.restore(snapshot)
+        self._shell = self._new_shell()
+        new = _state(self._shell)
+        new.env = old.env.copy()
+        new.functions = dict(old.functions)
+        new.cwd = old.cwd if drive(self._fs.is_directory(old.cwd)) else WORKSPACE
+        new.env["PWD"] = new.cwd
+
+    # -- state ---------------------------------------------------------------------
+
+    def export_state(self) -> SandboxState:
+        """Every file under the workspace (relative path -> bytes, sorted) and the cwd."""
+        files: dict[str, bytes] = {}
+        prefix = WORKSPACE + "/"
+        for path in sorted(self._fs.entries):
+            entry = self._fs.entries[path]
+            if not path.startswith(prefix) or entry.type == "directory":
+                continue
+            if entry.type == "symlink":
+                # Dangling, looping or pointing at a directory: nothing to copy.
+                with contextlib.suppress(OSError):
+                    files[path[len(prefix) :]] = drive(self._fs.read_file_bytes(path))
+                continue
+            files[path[len(prefix) :]] = entry.content
+        return SandboxState(files=files, cwd=_state(self._shell).cwd)
+
+    def import_state(self, state: SandboxState) -> None:
+        """Replace the whole filesystem with ``state``; shell variables are kept.
+
+        WorkspaceLimit (and no change) if the state does not fit this sandbox's caps.
+        """
+        _check_state_paths(state.files)
+        entries = self._fs.entries
+        size = sum(len(content) for content in state.files.values())
+        if len(state.files) > entries.max_files:
+            raise WorkspaceLimit(
+                f"workspace limit: the saved workspace has {len(state.files)} files "
+                f"(cap {entries.max_files}); raise --max-files"
+            )
+        if size > entries.max_bytes:
+            raise WorkspaceLimit(
+                f"workspace limit: the saved workspace has {size:,} bytes "
+                f"(cap {entries.max_bytes:,}); raise --max-bytes"
+            )
+        cwd = "/" + posixpath.normpath(state.cwd or WORKSPACE).lstrip("/")
+        try:
+            self._fs.reset(dict(state.files))
+            # Empty directories are not exported; recreate the one the shell stood in.
+            drive(self._fs.mkdir(cwd, recursive=True))
+        except WorkspaceFull as exc:
+            raise WorkspaceLimit(exc.message) from None
+        except OSError:
+            cwd = WORKSPACE
+        shell_state = _state(self._shell)
+        shell_state.cwd = cwd
+        shell_state.env["PWD"] = cwd
+
+
+def _check_state_paths(files: dict[str, bytes]) -> None:
+    """SandboxError unless every key is a clean relative path and no file is also a
+    directory of another file."""
+    for rel in files:
+        if (
+            not rel
+            or "\x00" in rel
+            or rel.startswith("/")
+            or posixpath.normpath(rel) != rel
+            or rel.split("/")[0] in (".", "..")
+        ):
+            raise SandboxError(f"invalid path in workspace state: {rel!r}")
+        parent = posixpath.dirname(rel)
+        while parent:
+            if parent in files:
+                raise SandboxError(f"invalid workspace state: {parent!r} is a file and a directory")
+            parent = posixpath.dirname(parent)
+
+
+def _limit_message(limit: str, result: ShellResult) -> str:
+    output = (result.stdout + result.stderr)[-_OUTPUT_IN_ERROR:]
+    return (
+        f"{limit}\n(the command ran on; writes before the limit were kept. "
+        f"exit code {result.exit_code}, last output:)\n{output}"
+    )
+
+
+def _text(output: str) -> str:
+    """Command output as valid text: bytes of binary files (carried as surrogates, see
+    :mod:`.virtual_fs`) become U+FFFD."""
+    try:
+        raw = output.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return output.encode("utf-8", errors="replace").decode("utf-8")
+    return raw.decode("utf-8", errors="replace")

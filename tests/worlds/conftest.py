@@ -1,0 +1,71 @@
+"""Fixtures for the World contract suite.
+
+Every backend is one entry in :data:`BACKENDS`: a context manager that, given a fresh
+temporary folder, yields the ``open_world`` options of a new, empty World (starting a
+server or creating a database/bucket if it needs one, and cleaning up afterwards). A
+backend whose server is not reachable calls ``pytest.skip`` inside its factory.
+
+The options must be plain data: the multi-process test hands them to child processes,
+which open the same World with ``open_world(name, **options)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_harness.worlds import open_world
+from durable_harness.worlds.base import World
+
+
+@contextlib.contextmanager
+def local_backend(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    yield {"data_dir": str(tmp_path / "world")}
+
+
+# name -> factory. Adding a backend (postgres, s3sqs) is one entry here.
+BACKENDS: dict[str, Callable[[Path], contextlib.AbstractContextManager[dict[str, Any]]]] = {
+    "local": local_backend,
+}
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """How to open one test World; ``open`` may be called several times (several clients)."""
+
+    name: str
+    options: dict[str, Any]
+
+    def open(self, **overrides: Any) -> World:
+        return open_world(self.name, **{**self.options, **overrides})
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def world_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorldSpec]:
+    with BACKENDS[request.param](tmp_path) as options:
+        yield WorldSpec(request.param, options)
+
+
+@pytest.fixture
+def open_test_world(world_spec: WorldSpec) -> Iterator[Callable[..., World]]:
+    """Open (and close at teardown) clients of the test's World, e.g. with ``max_attempts``."""
+    opened: list[World] = []
+
+    def open_(**overrides: Any) -> World:
+        world = world_spec.open(**overrides)
+        opened.append(world)
+        return world
+
+    yield open_
+    for world in opened:
+        world.close()
+
+
+@pytest.fixture
+def world(open_test_world: Callable[..., World]) -> World:
+    return open_test_world()
