@@ -203,11 +203,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         reply, steps = replay_turn(world, settings, args.turn)
         recorded = world.get_turn(args.turn).result
     print(reply)
-    print(f"durable-harness: {steps} steps read back from the journal, 0 calls made",
-          file=sys.stderr)
+    print(
+        f"durable-harness: {steps} steps read back from the journal, 0 calls made", file=sys.stderr
+    )
     if reply != recorded:
-        print(f"durable-harness: the replayed reply differs from the recorded one: {recorded!r}",
-              file=sys.stderr)
+        print(
+            f"durable-harness: the replayed reply differs from the recorded one: {recorded!r}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -48,9 +48,7 @@ def _refund(args: Order, ctx: ToolContext) -> str:
     return f"refund issued for order {args.order}"
 
 
-refund = tool(replay="never", name="refund", description="Refund an order (moves money).")(
-    _refund
-)
+refund = tool(replay="never", name="refund", description="Refund an order (moves money).")(_refund)
 
 #: What `--tools durable_harness/demo/tools.py:TOOLS` loads.
 TOOLS: list[Tool] = [check_refund, refund]

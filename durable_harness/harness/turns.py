@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.adapters import get_adapter
-from durable_harness.harness.errors import ConfigError
 from durable_harness.adapters.base import TurnRun
+from durable_harness.harness.errors import ConfigError
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.harness.settings import Settings
 from durable_harness.harness.worker import Worker
@@ -151,7 +151,5 @@ def replay_turn(world: World, settings: Settings, turn_id: str) -> tuple[str, in
         )
     lease = Lease(turn_id, turn.session_id, "replay", turn.epoch, turn.attempts, float("inf"))
     journal = Journal(world, lease, replay_only=True)
-    reply = get_adapter(str(turn.config["agent"])).run_turn(
-        TurnRun(world, turn, journal, settings)
-    )
+    reply = get_adapter(str(turn.config["agent"])).run_turn(TurnRun(world, turn, journal, settings))
     return reply, journal.next_seq

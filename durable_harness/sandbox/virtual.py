@@ -1,14 +1,15 @@
 """The virtual sandbox: an in-memory workspace and a bash-compatible interpreter.
 
-Files live in a just-bash ``InMemoryFs`` (see :mod:`.virtual_fs`); commands run in
+Files live in a just-bash ``InMemoryFs`` (see :mod:`.justbash`); commands run in
 just-bash's pure-Python interpreter. No host binary ever runs and there is no network:
 just-bash only registers ``curl`` when given a fetch function, and we never give one.
 
 Guarantees and how they are kept:
 
-* **Caps.** The file count, directory count and total bytes are checked on every write
-  to the filesystem, whoever makes it (``write``/``edit`` or a bash command), because
-  every mutation goes through one dict (:mod:`.virtual_fs`). A write that would pass
+* **Caps.** The number of files (symlinks included), of directories (against the same
+  cap) and the total bytes of the whole virtual filesystem (``/tmp`` too) are checked on
+  every write, whoever makes it (``write``/``edit`` or a bash command), because every
+  mutation goes through one dict (:mod:`.justbash`). A write that would pass
   a cap fails like a full disk (``ENOSPC``) inside the command, so nothing is ever
   silently truncated: the file is either written whole or not at all. ``write``/``edit``
   raise :class:`WorkspaceLimit`; ``bash`` lets the command finish (its writes before the
@@ -27,6 +28,11 @@ Guarantees and how they are kept:
 * **Determinism.** ``export_state`` lists files sorted by path; equal workspaces export
   equal states.
 
+just-bash is used with a few repairs, each explained where it is made: ``sqlite3`` is
+removed (it reaches host files), ``cat`` copies bytes exactly, ``xargs`` reads attached
+options (``-I{}``), a crashing command fails alone instead of aborting the script, and
+the filesystem carries non-UTF-8 bytes and writes through symlinks.
+
 Limits of the format: :class:`SandboxState` holds file bytes and cwd only, so file modes,
 mtimes, empty directories (other than the cwd) and shell variables are not carried
 across ``import_state`` (a restored file starting with ``#!`` is made executable, since
@@ -44,13 +50,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from just_bash import Bash, ExecResult, ExecutionLimits
-from just_bash.commands import create_command_registry
+from just_bash import Bash, ExecutionLimits
 from just_bash.interpreter import ExecutionLimitError
 
 from durable_harness.harness.errors import SandboxError, WorkspaceLimit
 from durable_harness.sandbox.base import Sandbox, SandboxState, ShellResult
-from durable_harness.sandbox.virtual_fs import WORKSPACE, CappedFs, WorkspaceFull, drive
+from durable_harness.sandbox.justbash import (
+    WORKSPACE,
+    CappedFs,
+    WorkspaceFull,
+    drive,
+    repaired_commands,
+)
 
 __all__ = ["WORKSPACE", "VirtualSandbox"]
 
@@ -59,82 +70,6 @@ __all__ = ["WORKSPACE", "VirtualSandbox"]
 _GRACE_SECONDS = 1.0
 _TIMEOUT_EXIT_CODE = 124  # what GNU timeout returns, so agents recognise it
 _OUTPUT_IN_ERROR = 4000  # characters of command output kept in a WorkspaceLimit message
-
-# just-bash's sqlite3 command opens a real sqlite3 connection, and SQL such as
-# ``ATTACH '/tmp/x.db'`` or ``VACUUM INTO`` then reads and writes host files.
-_UNSAFE_COMMANDS = frozenset({"sqlite3"})
-
-
-class _Xargs:
-    """just-bash's xargs, reading options the way GNU xargs does.
-
-    just-bash silently ignores options written attached (``-I{}``, ``-n1``, ``-d,``), so
-    ``xargs -I{} touch f{}`` ran one ``touch`` with every input line as an argument; and
-    its ``-I`` splits input on any blank instead of on lines.
-    """
-
-    name = "xargs"
-    _WITH_VALUE = ("-I", "-n", "-d", "-P")
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    async def execute(self, args: list[str], ctx: Any) -> Any:
-        return await self._inner.execute(self.normalize(args), ctx)
-
-    @classmethod
-    def normalize(cls, args: list[str]) -> list[str]:
-        options: list[str] = []
-        i = 0
-        while i < len(args) and args[i].startswith("-") and args[i] != "--":
-            arg = args[i]
-            if arg in cls._WITH_VALUE and i + 1 < len(args):
-                options += [arg, args[i + 1]]
-                i += 2
-                continue
-            if arg[:2] in cls._WITH_VALUE and len(arg) > 2:
-                options += [arg[:2], arg[2:]]
-            elif arg == "-i":
-                options += ["-I", "{}"]
-            else:
-                options.append(arg)
-            i += 1
-        if args[i : i + 1] == ["--"]:
-            i += 1
-        if "-I" in options and "-d" not in options and "-0" not in options:
-            options += ["-d", "\n"]
-        return options + args[i:]
-
-
-class _Cat:
-    """just-bash's cat, except that plain ``cat [FILE|-]...`` copies bytes exactly.
-
-    just-bash's cat works line by line and always ends the output with a newline, so
-    ``cat a b > c`` changed files; options (``-n``, ``-A``...) still go to it.
-    """
-
-    name = "cat"
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    async def execute(self, args: list[str], ctx: Any) -> Any:
-        names = args[1:] if args[:1] == ["--"] else args
-        if any(name.startswith("-") and name != "-" for name in names):
-            return await self._inner.execute(args, ctx)
-        out: list[str] = []
-        errors: list[str] = []
-        for name in names or ["-"]:
-            if name == "-":
-                out.append(ctx.stdin)
-                continue
-            try:
-                out.append(await ctx.fs.read_file(ctx.fs.resolve_path(ctx.cwd, name)))
-            except FileNotFoundError:
-                errors.append(f"cat: {name}: No such file or directory\n")
-            except IsADirectoryError:
-                errors.append(f"cat: {name}: Is a directory\n")
-        return ExecResult(stdout="".join(out), stderr="".join(errors), exit_code=1 if errors else 0)
 
 
 class _DeadlineLimits:
@@ -233,11 +168,7 @@ class VirtualSandbox(Sandbox):
             self.import_state(SandboxState(files=files, cwd=WORKSPACE))
 
     def _new_shell(self) -> Any:
-        commands = create_command_registry()
-        for name in _UNSAFE_COMMANDS:
-            commands.pop(name, None)
-        commands["xargs"] = _Xargs(commands["xargs"])
-        commands["cat"] = _Cat(commands["cat"])
+        commands = repaired_commands()
         return Bash(
             fs=self._fs,
             cwd=WORKSPACE,
@@ -284,7 +215,6 @@ class VirtualSandbox(Sandbox):
     def write(self, path: str, content: str) -> None:
         """Create or replace the file (and its parent directories) with ``content``."""
         full = self._resolve(path)
-        self._fs.entries.limit_hit = None
         try:
             drive(self._fs.write_file(full, content.encode("utf-8")))
         except WorkspaceFull as exc:
@@ -499,7 +429,7 @@ def _limit_message(limit: str, result: ShellResult) -> str:
 
 def _text(output: str) -> str:
     """Command output as valid text: bytes of binary files (carried as surrogates, see
-    :mod:`.virtual_fs`) become U+FFFD."""
+    :mod:`.justbash`) become U+FFFD."""
     try:
         raw = output.encode("utf-8", errors="surrogateescape")
     except UnicodeEncodeError:

@@ -71,20 +71,29 @@ def test_unknown_turn(demo_harness: Harness) -> None:
 
 def test_corrupt_journal_row(demo_harness: Harness) -> None:
     h = demo_harness
-    crashed = h.cli("run", "--tools", DEMO_TOOLS, DEMO_PROMPT, DURABLE_HARNESS_CRASH_AT="4:before_intent")
+    crashed = h.cli(
+        "run", "--tools", DEMO_TOOLS, DEMO_PROMPT, DURABLE_HARNESS_CRASH_AT="4:before_intent"
+    )
     assert crashed.returncode == CRASH_EXIT_CODE
     turn_id = ids_of(crashed)["turn"]
     db = Path(h.env["DURABLE_HARNESS_DATA_DIR"]) / "world.sqlite3"
     with sqlite3.connect(db) as conn:
-        good = conn.execute("SELECT meta FROM steps WHERE turn_id=? AND seq=2", (turn_id,)).fetchone()[0]
+        good = conn.execute(
+            "SELECT meta FROM steps WHERE turn_id=? AND seq=2", (turn_id,)
+        ).fetchone()[0]
         conn.execute("UPDATE steps SET meta='{not json' WHERE turn_id=? AND seq=2", (turn_id,))
     one_line_error(h.cli("show", turn_id), turn_id, "2")
     resumed = h.cli("resume", turn_id, "--force")
     assert resumed.returncode != 0
-    assert "corrupt" in resumed.stderr.lower() or "not valid" in resumed.stderr.lower(), resumed.stderr
+    assert "corrupt" in resumed.stderr.lower() or "not valid" in resumed.stderr.lower(), (
+        resumed.stderr
+    )
     # Nothing was lost: the rows are all there; repair the row and the turn finishes.
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM steps WHERE turn_id=?", (turn_id,)).fetchone()[0] == 4
+        assert (
+            conn.execute("SELECT count(*) FROM steps WHERE turn_id=?", (turn_id,)).fetchone()[0]
+            == 4
+        )
         conn.execute("UPDATE steps SET meta=? WHERE turn_id=? AND seq=2", (good, turn_id))
     resumed = h.cli("resume", turn_id, "--force")
     assert resumed.returncode == 0, resumed.stderr

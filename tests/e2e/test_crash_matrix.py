@@ -17,8 +17,15 @@ from conftest import DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of
 from durable_harness.harness.crash import CRASH_EXIT_CODE, CRASH_POINTS
 
 CLEAN_STEPS = [
-    ("model", None), ("tool", "check_refund"), ("model", None), ("tool", "refund"),
-    ("model", None), ("tool", "write"), ("model", None), ("tool", "bash"), ("model", None),
+    ("model", None),
+    ("tool", "check_refund"),
+    ("model", None),
+    ("tool", "refund"),
+    ("model", None),
+    ("tool", "write"),
+    ("model", None),
+    ("tool", "bash"),
+    ("model", None),
 ]
 REFUND_SEQ = 3
 
@@ -28,7 +35,9 @@ def test_clean_run(demo_harness: Harness) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == DEMO_REPLY
     data = demo_harness.show(ids_of(out)["turn"])
-    assert [(s["kind"], s["name"] if s["kind"] == "tool" else None) for s in data["steps"]] == CLEAN_STEPS
+    assert [
+        (s["kind"], s["name"] if s["kind"] == "tool" else None) for s in data["steps"]
+    ] == CLEAN_STEPS
     assert all(s["status"] == "done" and s["how"] == "live" for s in data["steps"])
     assert len(demo_harness.ledger_lines()) == 1
     assert demo_harness.server.request_count == 5

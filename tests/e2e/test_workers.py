@@ -55,8 +55,8 @@ def test_paused_worker_is_fenced_out(slow: Harness) -> None:
     b = slow.popen("worker", "--until-idle")
     wait_for(lambda: sum(line.startswith("start") for line in runs(slow)) == 2)
     os.killpg(a.pid, signal.SIGCONT)  # A wakes up and finishes its tool call, too late
-    a_out, a_err = a.communicate(timeout=60)
-    b_out, b_err = b.communicate(timeout=60)
+    _, a_err = a.communicate(timeout=60)
+    _, b_err = b.communicate(timeout=60)
     assert b.returncode == 0, b_err
     assert "lease lost" in a_err, a_err
     turn_id = first_turn(slow)
@@ -92,8 +92,9 @@ def test_sigkilled_worker_turn_finished_by_another(slow: Harness) -> None:
 
 
 def test_detach_then_worker(slow: Harness) -> None:
-    out = slow.cli("run", "--detach", "--tools", SLOW_TOOLS, "look up everything",
-                   SLOW_TOOL_SECONDS="0")
+    out = slow.cli(
+        "run", "--detach", "--tools", SLOW_TOOLS, "look up everything", SLOW_TOOL_SECONDS="0"
+    )
     assert out.returncode == 0, out.stderr
     turn_id = ids_of(out)["turn"]
     assert slow.show(turn_id)["turn"]["status"] == "queued"
@@ -103,8 +104,9 @@ def test_detach_then_worker(slow: Harness) -> None:
 
 
 def test_resume_force_fences_live_holder(slow: Harness) -> None:
-    a = slow.popen("run", "--tools", SLOW_TOOLS, "look up everything",
-                   DURABLE_HARNESS_LEASE_SECONDS="60")
+    a = slow.popen(
+        "run", "--tools", SLOW_TOOLS, "look up everything", DURABLE_HARNESS_LEASE_SECONDS="60"
+    )
     wait_for(lambda: any(line.startswith("start") for line in runs(slow)))
     turn_id = first_turn(slow)
     r = slow.cli("resume", turn_id, "--force", SLOW_TOOL_SECONDS="0")

@@ -262,12 +262,12 @@ class _Block:
 
 @pytest.fixture
 def box_with_stuck_commands(monkeypatch: pytest.MonkeyPatch) -> VirtualSandbox:
-    registry = virtual.create_command_registry
+    registry = virtual.repaired_commands
 
     def with_stuck_commands() -> dict[str, Any]:
         return {**registry(), "spin": _Spin(), "block": _Block()}
 
-    monkeypatch.setattr(virtual, "create_command_registry", with_stuck_commands)
+    monkeypatch.setattr(virtual, "repaired_commands", with_stuck_commands)
     return VirtualSandbox()
 
 
@@ -312,7 +312,8 @@ def test_state_round_trip_with_binary_files_and_cwd() -> None:
     other.import_state(state)
     assert other.export_state() == state
     assert other.bash("pwd").stdout == "/workspace/deep/empty\n"
-    assert other.bash("wc -c < ../../bin/blob").stdout.strip() == "256"
+    assert other.bash("cat ../../bin/blob > ../../copy").exit_code == 0
+    assert other.export_state().files["copy"] == bytes(range(256))
 
 
 def test_export_is_deterministic() -> None:
@@ -371,3 +372,10 @@ def test_cat_copies_bytes_exactly_even_binary() -> None:
     assert files["d"] == files["e"] == b"\x00\xff\xfe binary"
     assert box.bash("cat b").stdout == "\x00\ufffd\ufffd binary"
     assert box.bash("cat -n a").stdout == "     1\tno newline\n"
+
+
+def test_a_crashing_command_fails_alone() -> None:
+    box = VirtualSandbox(files={"blob": b"\xff\xfe"})
+    result = box.bash("wc -c blob; echo next")
+    assert result.stdout.endswith("next\n")
+    assert "wc: cannot process binary" in result.stderr

@@ -1,9 +1,12 @@
-"""The virtual sandbox's filesystem: just-bash's InMemoryFs with caps and a few fixes.
+"""just-bash, repaired for the virtual sandbox: a capped filesystem and the commands.
 
 Every change InMemoryFs makes goes through its ``path -> entry`` dict, so
 :class:`CappedEntries` (that dict, counting as it goes) enforces the caps for writes
 from Python and from bash commands alike. A refused write raises :class:`WorkspaceFull`,
 an ``ENOSPC`` OSError, so inside a command it fails like a write to a full disk.
+
+:func:`repaired_commands` is just-bash's command registry without ``sqlite3`` and with
+``cat``/``xargs`` fixed and every command guarded (see each class for what was wrong).
 """
 
 from __future__ import annotations
@@ -12,12 +15,21 @@ import errno
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from just_bash import InMemoryFs
+from just_bash import ExecResult, InMemoryFs
+from just_bash.commands import create_command_registry
 from just_bash.fs import DirectoryEntry, FileEntry
+from just_bash.interpreter import InterpreterError
 
 from durable_harness.harness.errors import SandboxError
 
-__all__ = ["WORKSPACE", "CappedEntries", "CappedFs", "WorkspaceFull", "drive"]
+__all__ = [
+    "WORKSPACE",
+    "CappedEntries",
+    "CappedFs",
+    "WorkspaceFull",
+    "drive",
+    "repaired_commands",
+]
 
 WORKSPACE = "/workspace"
 # just-bash writes each <(...) to a file named after its output, and never deletes it.
@@ -130,10 +142,10 @@ class CappedFs(InMemoryFs):
         super().__init__()
         defaults = dict(self._data)
         self._data: CappedEntries = CappedEntries(max_files, max_bytes)
+        self._data.free_dirs = len(defaults) + 1  # the default tree and /workspace
         for path, entry in defaults.items():
             self._data[path] = entry
         self._mkdir_sync(WORKSPACE)
-        self._data.free_dirs = self._data.dirs
 
     @property
     def entries(self) -> CappedEntries:
@@ -212,6 +224,119 @@ class CappedFs(InMemoryFs):
             del self._data[path]
         for path, entry in moving:
             self._data[target + path[len(source) :]] = entry
+
+
+# just-bash's sqlite3 command opens a real sqlite3 connection, and SQL such as
+# ``ATTACH '/tmp/x.db'`` or ``VACUUM INTO`` then reads and writes host files.
+UNSAFE_COMMANDS = frozenset({"sqlite3"})
+
+
+class Guarded:
+    """A just-bash command whose crash fails only that command, like a crashed process.
+
+    An exception escaping a just-bash command otherwise aborts the whole script (for
+    example ``wc -c`` on a binary file). The interpreter's own control flow and limit
+    errors still pass through.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.name: str = inner.name
+
+    async def execute(self, args: list[str], ctx: Any) -> Any:
+        try:
+            return await self._inner.execute(args, ctx)
+        except InterpreterError:
+            raise
+        except UnicodeError:
+            message = "cannot process binary (non-UTF-8) data"
+        except Exception as exc:
+            message = str(exc) or type(exc).__name__
+        return ExecResult(stdout="", stderr=f"{self.name}: {message}\n", exit_code=1)
+
+
+class Xargs:
+    """just-bash's xargs, reading options the way GNU xargs does.
+
+    just-bash silently ignores options written attached (``-I{}``, ``-n1``, ``-d,``), so
+    ``xargs -I{} touch f{}`` ran one ``touch`` with every input line as an argument; and
+    its ``-I`` splits input on any blank instead of on lines.
+    """
+
+    name = "xargs"
+    _WITH_VALUE = ("-I", "-n", "-d", "-P")
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def execute(self, args: list[str], ctx: Any) -> Any:
+        return await self._inner.execute(self.normalize(args), ctx)
+
+    @classmethod
+    def normalize(cls, args: list[str]) -> list[str]:
+        options: list[str] = []
+        i = 0
+        while i < len(args) and args[i].startswith("-") and args[i] != "--":
+            arg = args[i]
+            if arg in cls._WITH_VALUE and i + 1 < len(args):
+                options += [arg, args[i + 1]]
+                i += 2
+                continue
+            if arg[:2] in cls._WITH_VALUE and len(arg) > 2:
+                options += [arg[:2], arg[2:]]
+            elif arg == "-i":
+                options += ["-I", "{}"]
+            else:
+                options.append(arg)
+            i += 1
+        if args[i : i + 1] == ["--"]:
+            i += 1
+        if "-I" in options and "-d" not in options and "-0" not in options:
+            options += ["-d", "\n"]
+        return options + args[i:]
+
+
+class Cat:
+    """just-bash's cat, except that plain ``cat [FILE|-]...`` copies bytes exactly.
+
+    just-bash's cat works line by line and always ends the output with a newline, so
+    ``cat a b > c`` changed files; options (``-n``, ``-A``...) still go to it.
+    """
+
+    name = "cat"
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def execute(self, args: list[str], ctx: Any) -> Any:
+        names = args[1:] if args[:1] == ["--"] else args
+        if any(name.startswith("-") and name != "-" for name in names):
+            return await self._inner.execute(args, ctx)
+        out: list[str] = []
+        errors: list[str] = []
+        for name in names or ["-"]:
+            if name in ("-", "/dev/stdin"):
+                out.append(ctx.stdin)
+                continue
+            if name == "/dev/null":
+                continue
+            try:
+                out.append(await ctx.fs.read_file(ctx.fs.resolve_path(ctx.cwd, name)))
+            except FileNotFoundError:
+                errors.append(f"cat: {name}: No such file or directory\n")
+            except IsADirectoryError:
+                errors.append(f"cat: {name}: Is a directory\n")
+        return ExecResult(stdout="".join(out), stderr="".join(errors), exit_code=1 if errors else 0)
+
+
+def repaired_commands() -> dict[str, Any]:
+    """just-bash's command registry with the repairs above, every command guarded."""
+    commands = create_command_registry()
+    for name in UNSAFE_COMMANDS:
+        commands.pop(name, None)
+    commands["xargs"] = Xargs(commands["xargs"])
+    commands["cat"] = Cat(commands["cat"])
+    return {name: Guarded(command) for name, command in commands.items()}
 
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:
