@@ -12,6 +12,8 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
+import anthropic
+
 from durable_harness.harness.errors import ConfigError, ModelError
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -47,8 +49,6 @@ class ModelClient:
     """Sends one Messages request and returns the reply as plain JSON."""
 
     def __init__(self, base_url: str | None = None, timeout: float = 600.0) -> None:
-        import anthropic
-
         url, key = resolve_endpoint(base_url)
         self.base_url = url
         # Retries happen at the journal level (the step stays an intent); one SDK retry
@@ -58,8 +58,6 @@ class ModelClient:
         )
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
-        import anthropic
-
         try:
             message = self._client.messages.create(**request)
         except anthropic.APIStatusError as exc:
