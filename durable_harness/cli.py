@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
     _world_flags(show)
 
+    doctor = sub.add_parser("doctor", help="check the World and the model endpoint settings")
+    _world_flags(doctor)
+
     demo = sub.add_parser("demo", help="crash a turn on purpose, resume it, show the journal")
     demo.add_argument("--data-dir", help="keep the demo's World here (default: a temp folder)")
     demo.add_argument(
@@ -233,6 +236,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    print(f"World: {settings.world}")
+    with settings.open_world() as world:
+        checks = world.doctor()
+    for check in checks:
+        print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from durable_harness.harness.demo import run_demo
 
@@ -271,6 +284,7 @@ COMMANDS = {
     "replay": cmd_replay,
     "ls": cmd_ls,
     "show": cmd_show,
+    "doctor": cmd_doctor,
     "demo": cmd_demo,
     "fake-model": cmd_fake_model,
 }

@@ -31,6 +31,9 @@ class Settings(BaseModel):
     max_model_calls: int = 50
     max_files: int = 500
     max_bytes: int = 10 * 1024 * 1024
+    postgres_url: str | None = None
+    s3_bucket: str | None = None
+    sqs_queue_url: str | None = None
 
     @classmethod
     def load(cls, **overrides: Any) -> Settings:
@@ -50,9 +53,20 @@ class Settings(BaseModel):
             )
             raise ConfigError(f"bad setting: {problems}") from exc
 
+    def world_options(self) -> dict[str, Any]:
+        """The options of the chosen World's backend (only the ones it takes)."""
+        options: dict[str, Any] = {"max_attempts": self.max_attempts}
+        if self.world == "postgres":
+            options["url"] = self.postgres_url
+        elif self.world == "s3sqs":
+            options["bucket"] = self.s3_bucket
+            options["queue_url"] = self.sqs_queue_url
+        elif self.world == "local":
+            options["data_dir"] = self.data_dir
+        # A URL or a folder path as the World names its own location.
+        return options
+
     def open_world(self) -> Any:
         from durable_harness.worlds import open_world
 
-        world = open_world(self.world, data_dir=self.data_dir)
-        world.max_attempts = self.max_attempts
-        return world
+        return open_world(self.world, **self.world_options())

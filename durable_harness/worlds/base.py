@@ -118,6 +118,15 @@ class Lease:
     receipt: str = ""  # backend-specific handle (an SQS receipt handle, for example)
 
 
+@dataclass(frozen=True)
+class Check:
+    """One line of ``durable-harness doctor``."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
 class World(abc.ABC):
     """Storage and queue for turns. See the module docstring for the contract."""
 
@@ -233,6 +242,28 @@ class World(abc.ABC):
         """Record the outcome of a step in status ``intent`` (fenced). ``status`` is
         ``done`` or ``possibly_ran``. A step that already has an outcome raises
         :class:`StepConflict`."""
+
+    # -- health ----------------------------------------------------------------------
+    def doctor(self) -> list[Check]:
+        """What ``durable-harness doctor`` reports: connectivity, permissions, schema.
+
+        The default round-trips a blob and lists turns; backends add their own checks
+        (server version, schema version, conditional writes) and never raise for a
+        failed check: they report it with what to do.
+        """
+        checks: list[Check] = []
+        try:
+            digest = self.put_blob(b"durable-harness doctor")
+            ok = self.get_blob(digest) == b"durable-harness doctor"
+            checks.append(Check("blobs", ok, "write and read back a blob"))
+        except Exception as exc:
+            checks.append(Check("blobs", False, f"{type(exc).__name__}: {exc}"))
+        try:
+            self.list_turns(limit=1)
+            checks.append(Check("turns", True, "list turns"))
+        except Exception as exc:
+            checks.append(Check("turns", False, f"{type(exc).__name__}: {exc}"))
+        return checks
 
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:  # noqa: B027 - optional for backends without resources

@@ -1,0 +1,148 @@
+"""The journal runner against a real local World: DESIGN.md's table, row by row."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_harness.harness.errors import LeaseLost, ReplayDivergence
+from durable_harness.harness.journal import BLOB_THRESHOLD, Journal, Outcome, input_digest
+from durable_harness.worlds.base import Lease, Step, StepStatus
+from durable_harness.worlds.local import LocalWorld
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[LocalWorld]:
+    with LocalWorld(tmp_path) as w:
+        w.create_session("s")
+        w.create_turn("s", "t", "prompt", {"agent": "builtin"})
+        yield w
+
+
+def claim(world: LocalWorld, force: bool = True) -> Lease:
+    lease = world.claim_turn("t", "w", 30, force=force)
+    assert lease is not None
+    return lease
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+
+    def __call__(self, value: Any) -> Any:
+        def call(seq: int) -> Outcome:
+            self.seqs.append(seq)
+            return Outcome(value, {"n": len(self.seqs)})
+
+        return call
+
+
+def step(journal: Journal, calls: Calls, value: Any, replay: Any = "safe", **kw: Any) -> Any:
+    args = {"kind": "tool", "name": "t", "key": f"k{journal.next_seq}", "input": {"a": 1}}
+    args.update(kw)
+    return journal.run(call=calls(value), replay=replay, **args)
+
+
+def test_nothing_recorded_runs_and_records(world: LocalWorld) -> None:
+    calls = Calls()
+    r = step(Journal(world, claim(world)), calls, {"x": 1})
+    assert (r.value, r.status, r.replayed) == ({"x": 1}, StepStatus.DONE, False)
+    (row,) = world.load_steps("t")
+    assert row.status is StepStatus.DONE and row.input == '{"a":1}'
+    assert row.meta["n"] == 1 and row.meta["turn_attempt"] == 1
+
+
+def test_outcome_recorded_is_returned_without_calling(world: LocalWorld) -> None:
+    calls = Calls()
+    step(Journal(world, claim(world)), calls, "first")
+    r = step(Journal(world, claim(world)), calls, "second")
+    assert (r.value, r.replayed) == ("first", True)
+    assert calls.seqs == [0]
+
+
+def test_interrupted_safe_step_runs_again(world: LocalWorld) -> None:
+    world.insert_intent(_intent(claim(world)))  # what a crash after the intent leaves
+    calls = Calls()
+    r = step(Journal(world, claim(world)), calls, "again")
+    assert (r.value, r.status, r.replayed) == ("again", StepStatus.DONE, False)
+    assert world.load_steps("t")[0].attempts == 2
+
+
+def test_interrupted_never_step_is_not_run(world: LocalWorld) -> None:
+    world.insert_intent(_intent(claim(world)))
+    calls = Calls()
+    r = step(Journal(world, claim(world)), calls, "refund", replay="never")
+    assert r.status is StepStatus.POSSIBLY_RAN and calls.seqs == []
+    assert "may or may not have taken effect" in r.value and "t:0" in r.value
+    assert world.load_steps("t")[0].status is StepStatus.POSSIBLY_RAN
+    # Read back as possibly_ran on the next replay too, still without running.
+    r2 = step(Journal(world, claim(world)), calls, "refund", replay="never")
+    assert r2.status is StepStatus.POSSIBLY_RAN and r2.replayed and calls.seqs == []
+
+
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        ({"kind": "model"}, "kind"),
+        ({"name": "other"}, "name"),
+        ({"key": "other"}, "key"),
+        ({"input": {"a": 2}}, "input hash"),
+    ],
+)
+def test_replay_divergence(world: LocalWorld, change: dict[str, Any], what: str) -> None:
+    calls = Calls()
+    step(Journal(world, claim(world)), calls, "v")
+    with pytest.raises(ReplayDivergence, match=what):
+        step(Journal(world, claim(world)), calls, "v", **change)
+
+
+def test_stale_epoch_is_fenced(world: LocalWorld) -> None:
+    old = Journal(world, claim(world))
+    claim(world)  # another worker takes the turn over
+    with pytest.raises(LeaseLost):
+        step(old, Calls(), "late")
+    assert world.load_steps("t") == []
+
+
+def test_idempotency_key_is_turn_and_seq(world: LocalWorld) -> None:
+    calls = Calls()
+    journal = Journal(world, claim(world))
+    step(journal, calls, 1)
+    step(journal, calls, 2)
+    assert calls.seqs == [0, 1]
+
+
+def test_large_outputs_and_inputs_go_to_blobs(world: LocalWorld) -> None:
+    big = "x" * (BLOB_THRESHOLD + 1)
+    calls = Calls()
+    r = step(Journal(world, claim(world)), calls, big, input={"big": big})
+    (row,) = world.load_steps("t")
+    assert row.output is None and row.output_blob is not None
+    assert row.input is not None and row.input.startswith("blob:")
+    again = step(Journal(world, claim(world)), calls, "ignored", input={"big": big})
+    assert again.value == r.value == big and again.replayed
+
+
+def test_replay_only_refuses_to_call(world: LocalWorld) -> None:
+    calls = Calls()
+    step(Journal(world, claim(world)), calls, "v")
+    journal = Journal(world, claim(world), replay_only=True)
+    assert step(journal, calls, "v").replayed
+    with pytest.raises(ReplayDivergence, match="no recorded outcome"):
+        step(journal, calls, "w")
+    assert calls.seqs == [0]
+
+
+def _intent(lease: Lease) -> Step:
+    return Step(
+        turn_id="t",
+        seq=0,
+        key="k0",
+        kind="tool",
+        name="t",
+        input_hash=input_digest({"a": 1}),
+        epoch=lease.epoch,
+    )
