@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,14 @@ class StepResult:
     status: StepStatus
     replayed: bool  # True: read back from the journal, the call did not run now
     step: Step
+
+
+@dataclass(frozen=True)
+class OpenStep:
+    """A step whose intent is committed and whose call is now running."""
+
+    step: Step
+    started: float  # time.monotonic() when the call began
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,11 @@ class Journal:
         # replay_only: read back finished steps, never call or write (``durable-harness
         # replay``, which proves a finished turn needs zero model calls: invariant 6).
         self.recorded: dict[int, Step] = {s.seq: s for s in world.load_steps(lease.turn_id)}
+        self._by_key: dict[str, Step] = {s.key: s for s in self.recorded.values()}
         self._next_seq = 0
+        # Steps may begin from several threads (a CLI proxy serving parallel requests);
+        # seq allocation and the intent insert happen under this lock, calls outside it.
+        self._lock = threading.RLock()
 
     @property
     def turn_id(self) -> str:
@@ -133,22 +146,89 @@ class Journal:
         replay: Replay,
         store_input: bool = True,
     ) -> StepResult:
-        """Run (or read back) the next step. ``call(seq)`` performs it.
+        """Run (or read back) the next step, by position. ``call(seq)`` performs it.
 
         A model call is always ``replay="safe"``: running an unfinished one again costs
         money but changes nothing. ``store_input=False`` keeps only the input's hash (for
         model requests, which repeat the whole conversation: invariant 7).
         """
-        seq = self._next_seq
-        self._next_seq += 1
+        with self._lock:
+            seq = self._next_seq
+            self._next_seq += 1
+            begun = self._begin(seq, kind, name, key, input, replay, store_input)
+        if isinstance(begun, StepResult):
+            return begun
+        return self.end(begun, call(begun.step.seq))
+
+    def begin_keyed(
+        self,
+        *,
+        kind: str,
+        name: str,
+        key: str,
+        input: Any,
+        replay: Replay,
+        store_input: bool = False,
+    ) -> StepResult | OpenStep:
+        """Phase one of a step found by its ``key``, not its position.
+
+        For callers that do not decide the order of calls: a CLI agent's model requests
+        (keyed by the canonical request hash) and tool calls (keyed by tool_use id), which
+        come back in a new order, or not at all, after a crash. A recorded step with this
+        key is answered from the journal (a :class:`StepResult`); otherwise the intent is
+        committed at the next free ``seq`` and an :class:`OpenStep` returned: run the call,
+        then pass its outcome to :meth:`end`. Thread-safe.
+        """
+        with self._lock:
+            recorded = self._by_key.get(key)
+            seq = recorded.seq if recorded is not None else max(self.recorded, default=-1) + 1
+            return self._begin(seq, kind, name, key, input, replay, store_input)
+
+    def end(self, open_step: OpenStep, outcome: Outcome) -> StepResult:
+        """Phase two: record the outcome of an open step (fenced)."""
+        step = open_step.step
+        duration = time.monotonic() - open_step.started
+        self._crash(step.seq, "after_run")
+        meta = {**outcome.meta, "duration": round(duration, 6), "turn_attempt": self.lease.attempt}
+        output, blob = self._stored_output(outcome.value)
+        self.world.finish_step(
+            self.turn_id, step.seq, self.lease.epoch, StepStatus.DONE, output, blob, meta
+        )
+        done = _replace(
+            step,
+            status=StepStatus.DONE,
+            output=output,
+            output_blob=blob,
+            finished_at=time.time(),
+            meta=meta,
+        )
+        self._remember(done)
+        self._crash(step.seq, "after_outcome")
+        self._emit(done, "done", duration)
+        return StepResult(outcome.value, StepStatus.DONE, False, done)
+
+    def lookup(self, key: str) -> Step | None:
+        """The recorded step with this key, if any."""
+        with self._lock:
+            return self._by_key.get(key)
+
+    def _begin(
+        self,
+        seq: int,
+        kind: str,
+        name: str,
+        key: str,
+        input: Any,
+        replay: Replay,
+        store_input: bool,
+    ) -> StepResult | OpenStep:
         digest = input_digest(input)
         recorded = self.recorded.get(seq)
         if recorded is not None:
             self._check_same(recorded, kind, name, key, digest)
             if recorded.status is not StepStatus.INTENT:
-                self._emit(
-                    recorded, "replayed" if recorded.status is StepStatus.DONE else "possibly_ran"
-                )
+                phase = "replayed" if recorded.status is StepStatus.DONE else "possibly_ran"
+                self._emit(recorded, phase)
                 return StepResult(self._output(recorded), recorded.status, True, recorded)
             self._refuse_live(seq, kind, name)
             if replay == "never":
@@ -171,32 +251,16 @@ class Journal:
                 started_at=time.time(),
             )
             self.world.insert_intent(step)
-        self.recorded[seq] = step
+        self._remember(step)
         self._crash(seq, "after_intent")
         self._emit(step, "start")
-        started = time.monotonic()
-        outcome = call(seq)
-        duration = time.monotonic() - started
-        self._crash(seq, "after_run")
-        meta = {**outcome.meta, "duration": round(duration, 6), "turn_attempt": self.lease.attempt}
-        output, blob = self._stored_output(outcome.value)
-        self.world.finish_step(
-            self.turn_id, seq, self.lease.epoch, StepStatus.DONE, output, blob, meta
-        )
-        done = _replace(
-            step,
-            status=StepStatus.DONE,
-            output=output,
-            output_blob=blob,
-            finished_at=time.time(),
-            meta=meta,
-        )
-        self.recorded[seq] = done
-        self._crash(seq, "after_outcome")
-        self._emit(done, "done", duration)
-        return StepResult(outcome.value, StepStatus.DONE, False, done)
+        return OpenStep(step, time.monotonic())
 
     # -- helpers -------------------------------------------------------------------
+    def _remember(self, step: Step) -> None:
+        self.recorded[step.seq] = step
+        self._by_key[step.key] = step
+
     def _refuse_live(self, seq: int, kind: str, name: str) -> None:
         if self.replay_only:
             raise ReplayDivergence(
@@ -212,7 +276,7 @@ class Journal:
             self.turn_id, step.seq, self.lease.epoch, StepStatus.POSSIBLY_RAN, output, None, meta
         )
         done = _replace(step, status=StepStatus.POSSIBLY_RAN, output=output, meta=meta)
-        self.recorded[step.seq] = done
+        self._remember(done)
         self._emit(done, "possibly_ran")
         return StepResult(message, StepStatus.POSSIBLY_RAN, False, done)
 

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from durable_harness.harness.errors import LeaseLost, ReplayDivergence
-from durable_harness.harness.journal import BLOB_THRESHOLD, Journal, Outcome, input_digest
+from durable_harness.harness.journal import (
+    BLOB_THRESHOLD,
+    Journal,
+    OpenStep,
+    Outcome,
+    StepResult,
+    input_digest,
+)
 from durable_harness.worlds.base import Lease, Step, StepStatus
 from durable_harness.worlds.local import LocalWorld
 
@@ -146,3 +153,37 @@ def _intent(lease: Lease) -> Step:
         input_hash=input_digest({"a": 1}),
         epoch=lease.epoch,
     )
+
+
+def test_keyed_steps_are_found_by_key_not_position(world: LocalWorld) -> None:
+    journal = Journal(world, claim(world))
+    opened = journal.begin_keyed(kind="model", name="m", key="h:aaa", input={"r": 1}, replay="safe")
+    assert isinstance(opened, OpenStep) and opened.step.seq == 0
+    journal.end(opened, Outcome("reply a"))
+    b = journal.begin_keyed(kind="model", name="m", key="h:bbb", input={"r": 2}, replay="safe")
+    assert isinstance(b, OpenStep) and b.step.seq == 1  # left open: "killed" mid-call
+
+    again = Journal(world, claim(world))
+    # A resumed CLI asks in its own order: b again first (interrupted: runs again), then a.
+    b2 = again.begin_keyed(kind="model", name="m", key="h:bbb", input={"r": 2}, replay="safe")
+    assert isinstance(b2, OpenStep) and b2.step.seq == 1 and b2.step.attempts == 2
+    a2 = again.begin_keyed(kind="model", name="m", key="h:aaa", input={"r": 1}, replay="safe")
+    assert isinstance(a2, StepResult) and a2.replayed and a2.value == "reply a"
+    c = again.begin_keyed(kind="tool", name="Bash", key="tool:x", input={}, replay="never")
+    assert isinstance(c, OpenStep) and c.step.seq == 2
+
+
+def test_keyed_steps_from_many_threads_get_distinct_seqs(world: LocalWorld) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    journal = Journal(world, claim(world))
+
+    def one(i: int) -> int:
+        opened = journal.begin_keyed(kind="tool", name="t", key=f"k{i}", input=i, replay="safe")
+        assert isinstance(opened, OpenStep)
+        return journal.end(opened, Outcome(i)).step.seq
+
+    with ThreadPoolExecutor(8) as pool:
+        seqs = list(pool.map(one, range(16)))
+    assert sorted(seqs) == list(range(16))
+    assert [s.seq for s in world.load_steps("t")] == list(range(16))
