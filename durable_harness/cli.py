@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from durable_harness import __version__
+from durable_harness.harness.crash import CRASH_POINTS
 from durable_harness.harness.errors import DurableHarnessError
 from durable_harness.harness.settings import Settings
 
@@ -115,6 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--crash-at",
         default=None,
         help="crash point <seq>:<point> (default: the refund tool, after it ran)",
+    )
+
+    matrix = sub.add_parser(
+        "crash-matrix",
+        help="crash a turn at every step x every point, resume each, count repeats",
+        description="Runs PROMPT once cleanly against the scripted fake model, then once per "
+        "step and crash point in a fresh local World: the worker is killed at that point, a "
+        "new one resumes the turn, and the model calls answered twice, the never tools run "
+        "twice and the final reply are checked.",
+    )
+    matrix.add_argument("prompt", metavar="PROMPT")
+    matrix.add_argument("--script", required=True, help="the fake model's TOML script")
+    matrix.add_argument("--tools", action="append", default=[], metavar="FILE.py:NAME")
+    matrix.add_argument(
+        "--points",
+        default=",".join(CRASH_POINTS),
+        help=f"comma-separated crash points (default: all of {', '.join(CRASH_POINTS)})",
     )
 
     fake = sub.add_parser("fake-model", help="scripted Anthropic-compatible model server")
@@ -252,6 +270,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.data_dir, args.crash_at)
 
 
+def cmd_crash_matrix(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from durable_harness.harness.errors import ConfigError
+    from durable_harness.harness.fake_model import load_script
+    from durable_harness.harness.matrix import run_matrix
+
+    points = tuple(p.strip() for p in args.points.split(",") if p.strip())
+    unknown = [p for p in points if p not in CRASH_POINTS]
+    if unknown or not points:
+        raise ConfigError(f"--points: unknown {unknown}; choose from {', '.join(CRASH_POINTS)}")
+    load_script(Path(args.script))  # a bad script fails here, once, not in every cell
+    results = run_matrix(
+        Path(args.script),
+        args.tools,
+        args.prompt,
+        points=points,
+        say=lambda line: print(line, flush=True),
+    )
+    survived = sum(r.ok for r in results)
+    print(f"{survived}/{len(results)} crash points survived")
+    return 0 if survived == len(results) else 1
+
+
 def cmd_fake_model(args: argparse.Namespace) -> int:
     from durable_harness.harness.fake_model import run_fake_model
 
@@ -286,6 +328,7 @@ COMMANDS = {
     "show": cmd_show,
     "doctor": cmd_doctor,
     "demo": cmd_demo,
+    "crash-matrix": cmd_crash_matrix,
     "fake-model": cmd_fake_model,
 }
 

@@ -37,7 +37,7 @@ def turn_config(
     config: dict[str, Any] = {
         "agent": agent,
         "workspace": workspace,
-        "tools": [_absolute_tools_spec(s) for s in tools],
+        "tools": [absolute_tools_spec(s) for s in tools],
         "model": model or settings.model,
         "max_tokens": settings.max_tokens,
         "max_model_calls": settings.max_model_calls,
@@ -133,7 +133,8 @@ def make_worker(world: World, settings: Settings, *, quiet: bool = False) -> Wor
     return Worker(world, settings, on_step=None if quiet else progress_printer(), on_event=event)
 
 
-def _absolute_tools_spec(spec: str) -> str:
+def absolute_tools_spec(spec: str) -> str:
+    """``path.py:NAME`` with the path made absolute, so a worker anywhere can load it."""
     path, sep, attr = spec.rpartition(":")
     if not sep or not path:
         return spec  # load_tools reports the malformed spec

@@ -9,10 +9,13 @@ the workspace) -> write refunds.md -> bash cat -> reply. Steps 0-8 on a clean ru
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of
+from conftest import DEMO, DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of
 
 from durable_harness.harness.crash import CRASH_EXIT_CODE, CRASH_POINTS
 
@@ -110,3 +113,32 @@ def test_never_label_matters(demo_harness: Harness) -> None:
     assert after["steps"][REFUND_SEQ]["status"] == "done"
     assert after["steps"][REFUND_SEQ]["attempts"] == 2
     assert len(demo_harness.ledger_lines()) == 2  # refunded twice
+
+
+def test_crash_matrix_command(tmp_path: Path) -> None:
+    """The same matrix as a command users run on their own tools and script."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durable_harness.cli",
+            "crash-matrix",
+            "--script",
+            str(DEMO / "script.toml"),
+            "--tools",
+            DEMO_TOOLS,
+            "--points",
+            "after_run",
+            DEMO_PROMPT,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "9/9 crash points survived"
+    assert sum(line.startswith("ok ") for line in lines) == 9
+    assert not (tmp_path / "refund-ledger.txt").exists()  # each cell had its own folder
