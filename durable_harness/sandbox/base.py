@@ -21,6 +21,8 @@ import abc
 from dataclasses import dataclass
 from types import TracebackType
 
+from durable_harness.harness.errors import SandboxError
+
 
 @dataclass(frozen=True)
 class ShellResult:
@@ -47,10 +49,24 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def write(self, path: str, content: str) -> None: ...
 
-    @abc.abstractmethod
     def edit(self, path: str, old: str, new: str) -> None:
         """Replace the single occurrence of ``old`` with ``new``; SandboxError if ``old``
-        is absent or occurs more than once."""
+        is absent or occurs more than once (then the model must quote more context)."""
+        if not old:
+            raise SandboxError("edit: the text to replace is empty; give the exact text")
+        text = self.read(path)
+        found = text.count(old)
+        if found == 0:
+            raise SandboxError(
+                f"edit: the text to replace was not found in {path}; "
+                "read the file and copy the text exactly"
+            )
+        if found > 1:
+            raise SandboxError(
+                f"edit: the text to replace occurs {found} times in {path}; "
+                "include more surrounding lines so it occurs once"
+            )
+        self.write(path, text.replace(old, new, 1))
 
     @abc.abstractmethod
     def bash(self, command: str, timeout: float = 60.0) -> ShellResult: ...

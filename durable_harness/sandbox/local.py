@@ -122,23 +122,6 @@ class LocalSandbox(Sandbox):
         except OSError as exc:
             raise SandboxError(f"write: {path}: {exc.strerror or exc}") from None
 
-    def edit(self, path: str, old: str, new: str) -> None:
-        if not old:
-            raise SandboxError("edit: the text to replace is empty; give the exact text")
-        text = self.read(path)
-        found = text.count(old)
-        if found == 0:
-            raise SandboxError(
-                f"edit: the text to replace was not found in {path}; "
-                "read the file and copy the text exactly"
-            )
-        if found > 1:
-            raise SandboxError(
-                f"edit: the text to replace occurs {found} times in {path}; "
-                "include more surrounding lines so it occurs once"
-            )
-        self.write(path, text.replace(old, new, 1))
-
     # -- shell ---------------------------------------------------------------------
 
     def bash(self, command: str, timeout: float | None = None) -> ShellResult:
