@@ -107,6 +107,20 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
     _world_flags(show)
 
+    sig = sub.add_parser("signal", help="send a signal to a turn (wakes it if it waits)")
+    sig.add_argument("turn", metavar="TURN")
+    sig.add_argument("name", metavar="NAME")
+    sig.add_argument("--data", help="JSON payload the waiting agent receives")
+    _world_flags(sig)
+
+    sigsrv = sub.add_parser(
+        "signal-server",
+        help="HTTP endpoint for webhooks: POST /v1/turns/TURN/signals/NAME (bearer secret)",
+    )
+    sigsrv.add_argument("--host", default="127.0.0.1")
+    sigsrv.add_argument("--port", type=int, default=8787)
+    _world_flags(sigsrv)
+
     doctor = sub.add_parser("doctor", help="check the World and the model endpoint settings")
     _world_flags(doctor)
 
@@ -254,6 +268,30 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_signal(args: argparse.Namespace) -> int:
+    from durable_harness.harness.signals import parse_payload
+
+    payload = parse_payload(args.data)
+    with _settings(args).open_world() as world:
+        fresh = world.send_signal(args.turn, args.name, payload)
+        status = world.get_turn(args.turn).status.value
+    if fresh:
+        print(f"signal {args.name!r} delivered to turn {args.turn} ({status})")
+    else:
+        print(
+            f"signal {args.name!r} was already delivered to turn {args.turn}; the first one stands"
+        )
+    return 0
+
+
+def cmd_signal_server(args: argparse.Namespace) -> int:
+    from durable_harness.harness.signals import serve
+
+    with _settings(args).open_world() as world:
+        serve(world, args.host, args.port)
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     settings = _settings(args)
     print(f"World: {settings.world}")
@@ -307,6 +345,13 @@ def _report(turn: Any) -> int:
     if turn.status is TurnStatus.DONE:
         print(turn.result)
         return 0
+    if turn.status is TurnStatus.WAITING:
+        print(
+            f"durable-harness: turn {turn.turn_id} is parked, waiting for {turn.waiting_for}; "
+            "a `durable-harness worker` resumes it when it wakes",
+            file=sys.stderr,
+        )
+        return 0
     if turn.status is TurnStatus.FAILED:
         print(f"durable-harness: turn {turn.turn_id} failed: {turn.error}", file=sys.stderr)
         return 1
@@ -326,6 +371,8 @@ COMMANDS = {
     "replay": cmd_replay,
     "ls": cmd_ls,
     "show": cmd_show,
+    "signal": cmd_signal,
+    "signal-server": cmd_signal_server,
     "doctor": cmd_doctor,
     "demo": cmd_demo,
     "crash-matrix": cmd_crash_matrix,

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from durable_harness.adapters.base import Adapter, TurnRun
-from durable_harness.harness.errors import SandboxError, TurnFailed
+from durable_harness.harness.errors import SandboxError, TurnFailed, TurnSuspended
 from durable_harness.harness.journal import Journal, Outcome, decode_output
 from durable_harness.harness.model import ModelClient, resolve_endpoint
 from durable_harness.harness.settings import Settings
@@ -30,6 +30,7 @@ from durable_harness.harness.tools import (
     canonical_json,
     load_tools,
 )
+from durable_harness.harness.waits import wait_tools
 from durable_harness.harness.workspace import SnapshotStore
 from durable_harness.sandbox import open_sandbox
 from durable_harness.sandbox.base import Sandbox
@@ -214,7 +215,7 @@ class _Loop:
         self.sandbox = sandbox
         self.snapshots = SnapshotStore(run.world)
         config = run.config
-        tools = workspace_tools(sandbox)
+        tools = workspace_tools(sandbox) + wait_tools(run.world, run.journal)
         for spec in config.get("tools", []):
             tools.extend(load_tools(spec))
         self.tools = {t.name: t for t in tools}
@@ -309,10 +310,14 @@ class _Loop:
             if tool is None:
                 value: dict[str, Any] = {"content": f"unknown tool {name!r}", "is_error": True}
             else:
-                ctx = ToolContext(turn.turn_id, turn.session_id, seq)
+                ctx = ToolContext(
+                    turn.turn_id, turn.session_id, seq, str(turn.config.get("signal_secret", ""))
+                )
                 try:
                     out = tool.invoke(raw, ctx)
                     value = {"content": out if isinstance(out, str) else _jsonish(out)}
+                except TurnSuspended:
+                    raise  # not a tool failure: the worker parks the turn
                 except (SandboxError, ToolInputError) as exc:
                     value = {"content": str(exc), "is_error": True}
                 except Exception as exc:  # a host tool's failure is its result

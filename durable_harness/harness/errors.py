@@ -18,7 +18,8 @@ with ``raise WorldError(...) from exc`` so callers never catch a driver's except
     ├── SandboxError            the workspace refused an operation
     │   └── WorkspaceLimit      the file-count or byte cap would be exceeded
     ├── ModelError              the model endpoint failed; the step is not recorded as done
-    └── TurnFailed              the agent cannot finish this turn (e.g. too many model calls)
+    ├── TurnFailed              the agent cannot finish this turn (e.g. too many model calls)
+    └── TurnSuspended           not a failure: a wait step parks the turn (no worker holds it)
 
 Messages that a user can cause say what to do next.
 """
@@ -80,3 +81,15 @@ class ModelError(DurableHarnessError):
 
 class TurnFailed(DurableHarnessError):
     """The turn cannot finish and must not be retried (its replay would fail the same way)."""
+
+
+class TurnSuspended(DurableHarnessError):
+    """Raised by a wait step whose timer or signal has not come: the worker parks the turn
+    (``World.suspend``) and moves on. The wait step stays an intent; when the turn wakes,
+    the step runs again (waits replay as ``safe``) and finds its signal or its deadline."""
+
+    def __init__(self, wake_at: float, waiting_for: str, signal: str | None = None) -> None:
+        super().__init__(f"waiting for {waiting_for}")
+        self.wake_at = wake_at
+        self.waiting_for = waiting_for
+        self.signal = signal

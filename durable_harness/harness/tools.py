@@ -42,11 +42,17 @@ class ToolContext:
     turn_id: str
     session_id: str
     seq: int
+    signal_secret: str = ""  # the turn's webhook secret (see ``signal_url``)
 
     @property
     def idempotency_key(self) -> str:
         """Stable across retries of this step: ``<turn_id>:<seq>``."""
         return f"{self.turn_id}:{self.seq}"
+
+    def signal_url(self, name: str, base_url: str) -> str:
+        """Where an outside system (a CI job) POSTs signal ``name`` for this turn, given
+        the signal server's base URL. Send ``Authorization: Bearer <signal_secret>``."""
+        return f"{base_url.rstrip('/')}/v1/turns/{self.turn_id}/signals/{name}"
 
 
 class ToolInputError(ValueError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import sys
 import time
 import uuid
@@ -15,7 +16,7 @@ from durable_harness.harness.errors import ConfigError
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.harness.settings import Settings
 from durable_harness.harness.worker import Worker
-from durable_harness.worlds.base import Lease, Turn, TurnStatus, World
+from durable_harness.worlds.base import UNFINISHED, Lease, Turn, TurnStatus, World
 
 
 def new_id(prefix: str) -> str:
@@ -43,6 +44,8 @@ def turn_config(
         "max_model_calls": settings.max_model_calls,
         "max_files": settings.max_files,
         "max_bytes": settings.max_bytes,
+        # Authenticates webhook signals for this turn (`durable-harness signal-server`).
+        "signal_secret": secrets.token_urlsafe(24),
     }
     if base_url:
         config["base_url"] = base_url
@@ -62,11 +65,7 @@ def start_turn(
     get_adapter(str(config["agent"])).check(config, settings)
     if session_id is not None:
         world.get_session(session_id)
-        unfinished = [
-            t
-            for t in world.list_turns(session_id)
-            if t.status in (TurnStatus.QUEUED, TurnStatus.RUNNING)
-        ]
+        unfinished = [t for t in world.list_turns(session_id) if t.status in UNFINISHED]
         if unfinished:
             raise ConfigError(
                 f"turn {unfinished[0].turn_id} of session {session_id} has not finished: "
@@ -98,11 +97,17 @@ def claim_for_resume(
         if turn.status in (TurnStatus.DONE, TurnStatus.FAILED):
             return None
         if not announced:
-            left = max((turn.lease_expires_at or time.time()) - time.time(), 0.0)
-            say(
-                f"turn {turn_id} is held by {turn.lease_owner} for {left:.1f}s more; waiting "
-                "for its lease to run out (--force takes it now)"
-            )
+            if turn.status is TurnStatus.WAITING:
+                say(
+                    f"turn {turn_id} is parked, waiting for {turn.waiting_for}; waiting with "
+                    "it (--force wakes it now to check again)"
+                )
+            else:
+                left = max((turn.lease_expires_at or time.time()) - time.time(), 0.0)
+                say(
+                    f"turn {turn_id} is held by {turn.lease_owner} for {left:.1f}s more; "
+                    "waiting for its lease to run out (--force takes it now)"
+                )
             announced = True
         time.sleep(min(settings.poll_seconds, 0.2))
 

@@ -45,6 +45,7 @@ def turn_row(turn: Turn) -> dict[str, Any]:
         "result": turn.result,
         "error": turn.error,
         "agent": turn.config.get("agent"),
+        "waiting_for": turn.waiting_for,
         "created_at": turn.created_at,
         "finished_at": turn.finished_at,
     }
@@ -93,6 +94,7 @@ def format_ls(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['session_id']:<22}  {r['turn_id']:<22}  {r['index']:>2}  {r['status']:<8}  "
             f"{r['deliveries']:>3}  {_short(r['prompt'], 50)}"
+            + (f"  [waits for {r['waiting_for']}]" if r["waiting_for"] else "")
         )
     return "\n".join(lines)
 

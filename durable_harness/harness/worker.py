@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable
 
 from durable_harness.adapters import get_adapter
@@ -28,11 +27,12 @@ from durable_harness.harness.errors import (
     ReplayDivergence,
     ToolDefinitionError,
     TurnFailed,
+    TurnSuspended,
 )
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.harness.lease import LeaseKeeper
 from durable_harness.harness.settings import Settings
-from durable_harness.worlds.base import Lease, TurnStatus, World
+from durable_harness.worlds.base import UNFINISHED, Lease, World
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class TurnOutcome:
     DONE = "done"
     FAILED = "failed"
     RELEASED = "released"
+    WAITING = "waiting"
     LOST = "lost"
 
 
@@ -92,6 +93,10 @@ class Worker:
                 self.world.complete_turn(lease, reply)
                 self.on_event(f"turn {turn.turn_id}: done")
                 return TurnOutcome.DONE
+            except TurnSuspended as wait:
+                self.world.suspend(lease, wait.wake_at, wait.waiting_for, wait.signal)
+                self.on_event(f"turn {turn.turn_id}: parked, waiting for {wait.waiting_for}")
+                return TurnOutcome.WAITING
             except LeaseLost as exc:
                 self.on_event(
                     f"turn {turn.turn_id}: lease lost, leaving it to its new owner ({exc})"
@@ -117,7 +122,7 @@ class Worker:
             if lease is None:
                 if until_idle and not self._work_pending():
                     return driven
-                time.sleep(self.settings.poll_seconds)
+                self.world.wait_for_work(self.settings.poll_seconds)
                 continue
             self.drive(lease)
             driven += 1
@@ -141,13 +146,10 @@ class Worker:
     def _earlier_turn_pending(self, lease: Lease) -> bool:
         turn = self.world.get_turn(lease.turn_id)
         return any(
-            t.index < turn.index and t.status in (TurnStatus.QUEUED, TurnStatus.RUNNING)
+            t.index < turn.index and t.status in UNFINISHED
             for t in self.world.list_turns(turn.session_id)
         )
 
     def _work_pending(self) -> bool:
-        """A turn that will become claimable: queued, or running under someone's lease."""
-        return any(
-            t.status in (TurnStatus.QUEUED, TurnStatus.RUNNING)
-            for t in self.world.list_turns(limit=1000)
-        )
+        """A turn that will become claimable: queued, waiting, or running under a lease."""
+        return any(t.status in UNFINISHED for t in self.world.list_turns(limit=1000))

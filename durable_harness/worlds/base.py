@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import time
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -41,8 +42,13 @@ class StepStatus(enum.StrEnum):
 class TurnStatus(enum.StrEnum):
     QUEUED = "queued"  # waiting for a worker (first delivery or redelivery)
     RUNNING = "running"  # a worker holds the lease
+    WAITING = "waiting"  # parked by a wait step: no lease, no worker; wakes on timer or signal
     DONE = "done"
     FAILED = "failed"  # dead-lettered or failed for good; `error` says why
+
+
+#: A turn in one of these states will still be worked on.
+UNFINISHED = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.WAITING})
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ class Turn:
     result: str | None = None
     error: str | None = None
     finished_at: float | None = None
+    waiting_for: str | None = None  # while ``waiting``: what it waits for, for ``ls``
 
 
 @dataclass(frozen=True)
@@ -183,7 +190,8 @@ class World(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, owner: str, lease_seconds: float) -> Lease | None:
-        """Take the next deliverable turn: its message is visible, or its lease ran out.
+        """Take the next deliverable turn: its message is visible (queued, or waiting and
+        woken), or its lease ran out.
         Bumps the turn's epoch and attempt count and sets status ``running``. A turn
         whose attempts would exceed ``max_attempts`` is dead-lettered (status
         ``failed``, ``error`` saying why) and skipped. ``None`` when nothing is runnable."""
@@ -212,6 +220,38 @@ class World(abc.ABC):
     @abc.abstractmethod
     def fail_turn(self, lease: Lease, error: str) -> None:
         """Mark the turn ``failed`` for good (no more deliveries). Fenced."""
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Block until a turn may have become claimable, or ``timeout`` seconds passed.
+
+        What an idle worker calls between claims. A spurious or late return only costs a
+        claim that finds nothing. The default sleeps; a backend that can hear about new
+        work (PostgreSQL's LISTEN/NOTIFY) returns as soon as it does.
+        """
+        time.sleep(timeout)
+
+    # -- durable waits ---------------------------------------------------------------
+    # Not abstract yet: a backend without them raises, and the CLI says so. Contract:
+    # tests/worlds/test_contract.py's wait tests.
+    def suspend(
+        self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
+    ) -> None:
+        """Park the turn (fenced): status ``waiting``, lease and worker released, the turn
+        deliverable again at ``wake_at`` or as soon as a signal arrives (``send_signal``
+        or ``enqueue``). If the awaited ``signal`` already arrived (it raced the suspend),
+        the turn is deliverable at once. A suspend is deliberate, so the deliveries before
+        it do not count toward ``max_attempts``."""
+        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
+
+    def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
+        """Record signal ``name`` for the turn and wake it if it waits. The first payload
+        wins: a duplicate is ignored and returns False. A signal sent before the turn
+        waits for it is kept until it does. :class:`NotFound` for an unknown turn."""
+        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
+
+    def get_signal(self, turn_id: str, name: str) -> str | None:
+        """The payload of signal ``name`` for the turn, or None if it has not arrived."""
+        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
 
     # -- journal -------------------------------------------------------------------
     @abc.abstractmethod

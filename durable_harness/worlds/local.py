@@ -80,6 +80,18 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 PRIMARY KEY (session_id, name))""",
         ),
     ),
+    (
+        "durable waits",
+        (
+            "ALTER TABLE turns ADD COLUMN waiting_for TEXT",
+            # Deliveries up to the last deliberate suspend do not count toward dead-lettering.
+            "ALTER TABLE turns ADD COLUMN attempt_floor INTEGER NOT NULL DEFAULT 0",
+            """CREATE TABLE signals (
+                turn_id TEXT NOT NULL REFERENCES turns(turn_id), name TEXT NOT NULL,
+                payload TEXT NOT NULL, received_at REAL NOT NULL,
+                PRIMARY KEY (turn_id, name))""",
+        ),
+    ),
 ]
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -341,7 +353,7 @@ class LocalWorld(World):
         with self._transaction(write=True) as conn:
             turn = self._turn(conn, turn_id)
             visible_at = time.time() + delay
-            if turn.status == TurnStatus.QUEUED:
+            if turn.status in (TurnStatus.QUEUED, TurnStatus.WAITING):
                 conn.execute(
                     "UPDATE turns SET visible_at = ? WHERE turn_id = ?", (visible_at, turn_id)
                 )
@@ -359,15 +371,15 @@ class LocalWorld(World):
             now = time.time()  # read under the write lock: the wait for it may be long
             while True:
                 row = conn.execute(
-                    "SELECT * FROM turns WHERE (status = ? AND visible_at <= ?)"
+                    "SELECT * FROM turns WHERE (status IN (?, ?) AND visible_at <= ?)"
                     " OR (status = ? AND lease_expires_at <= ?)"
                     " ORDER BY created_at, rowid LIMIT 1",
-                    (TurnStatus.QUEUED, now, TurnStatus.RUNNING, now),
+                    (TurnStatus.QUEUED, TurnStatus.WAITING, now, TurnStatus.RUNNING, now),
                 ).fetchone()
                 if row is None:
                     return None
                 turn = _turn_from_row(row)
-                if turn.attempts + 1 > self.max_attempts:
+                if self._exhausted(row):
                     self._dead_letter(conn, turn, now)
                     continue
                 return self._take(conn, turn, owner, lease_seconds, now)
@@ -383,7 +395,9 @@ class LocalWorld(World):
                 return None
             visible_at = row["visible_at"]
             deliverable = (
-                turn.status == TurnStatus.QUEUED and visible_at is not None and visible_at <= now
+                turn.status in (TurnStatus.QUEUED, TurnStatus.WAITING)
+                and visible_at is not None
+                and visible_at <= now
             ) or (
                 turn.status == TurnStatus.RUNNING
                 and turn.lease_expires_at is not None
@@ -391,7 +405,7 @@ class LocalWorld(World):
             )
             if not (deliverable or force):
                 return None
-            if turn.attempts + 1 > self.max_attempts:
+            if self._exhausted(row):
                 self._dead_letter(conn, turn, now)
                 return None
             return self._take(conn, turn, owner, lease_seconds, now)
@@ -402,8 +416,8 @@ class LocalWorld(World):
         expires_at = now + lease_seconds
         conn.execute(
             "UPDATE turns SET status = :status, attempts = :attempt, epoch = :epoch,"
-            " lease_owner = :owner, lease_expires_at = :expires_at, visible_at = :expires_at"
-            " WHERE turn_id = :turn_id",
+            " lease_owner = :owner, lease_expires_at = :expires_at, visible_at = :expires_at,"
+            " waiting_for = NULL WHERE turn_id = :turn_id",
             {
                 "status": TurnStatus.RUNNING,
                 "attempt": turn.attempts + 1,
@@ -421,6 +435,10 @@ class LocalWorld(World):
             attempt=turn.attempts + 1,
             expires_at=expires_at,
         )
+
+    def _exhausted(self, row: sqlite3.Row) -> bool:
+        """Would one more delivery pass max_attempts (counting since the last suspend)?"""
+        return bool(row["attempts"] - row["attempt_floor"] + 1 > self.max_attempts)
 
     def _dead_letter(self, conn: sqlite3.Connection, turn: Turn, now: float) -> None:
         error = (
@@ -461,6 +479,47 @@ class LocalWorld(World):
                 " lease_expires_at = NULL, error = COALESCE(?, error) WHERE turn_id = ?",
                 (TurnStatus.QUEUED, time.time() + delay, error, lease.turn_id),
             )
+
+    def suspend(
+        self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
+    ) -> None:
+        with self._transaction(write=True) as conn:
+            self._fence(conn, lease.turn_id, lease.epoch)
+            if (
+                signal is not None
+                and conn.execute(
+                    "SELECT 1 FROM signals WHERE turn_id = ? AND name = ?", (lease.turn_id, signal)
+                ).fetchone()
+            ):
+                # It landed between the wait's check and this suspend: wake at once.
+                wake_at = time.time()
+            conn.execute(
+                "UPDATE turns SET status = ?, visible_at = ?, lease_owner = NULL,"
+                " lease_expires_at = NULL, waiting_for = ?, attempt_floor = attempts"
+                " WHERE turn_id = ?",
+                (TurnStatus.WAITING, wake_at, waiting_for, lease.turn_id),
+            )
+
+    def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
+        with self._transaction(write=True) as conn:
+            self._turn_row(conn, turn_id)
+            inserted = conn.execute(
+                "INSERT INTO signals (turn_id, name, payload, received_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (turn_id, name) DO NOTHING",
+                (turn_id, name, payload, time.time()),
+            ).rowcount
+            conn.execute(
+                "UPDATE turns SET visible_at = ? WHERE turn_id = ? AND status = ?",
+                (time.time(), turn_id, TurnStatus.WAITING),
+            )
+            return inserted == 1
+
+    def get_signal(self, turn_id: str, name: str) -> str | None:
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT payload FROM signals WHERE turn_id = ? AND name = ?", (turn_id, name)
+            ).fetchone()
+            return None if row is None else str(row["payload"])
 
     def complete_turn(self, lease: Lease, result: str) -> None:
         self._finish_turn(lease, TurnStatus.DONE, result=result, error=None)
@@ -585,7 +644,8 @@ def _session_from_row(row: sqlite3.Row) -> Session:
 
 def _turn_from_row(row: sqlite3.Row) -> Turn:
     where = f"turn {row['turn_id']}"
-    columns = {k: row[k] for k in row.keys() if k not in ("idx", "visible_at")}  # noqa: SIM118
+    hidden = ("idx", "visible_at", "attempt_floor")
+    columns = {k: row[k] for k in row.keys() if k not in hidden}  # noqa: SIM118
     columns["status"] = _enum(TurnStatus, row["status"], where)
     columns["config"] = _json_object(row["config"], where, "config")
     return Turn(index=row["idx"], **columns)

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from conftest import DEMO_PROMPT, DEMO_TOOLS, FIXTURES, Harness, ids_of, make_harness
+from support import DEMO_PROMPT, DEMO_TOOLS, FIXTURES, Harness, ids_of, make_harness
 
 from durable_harness.harness.crash import CRASH_EXIT_CODE
 

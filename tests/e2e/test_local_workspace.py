@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of
+from support import DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of
 
 from durable_harness.harness.crash import CRASH_EXIT_CODE
 

@@ -7,7 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from conftest import DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of
+from support import DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of
 
 
 def test_second_turn_sees_first(demo_harness: Harness) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, Harness, ids_of, make_harness
+from support import FIXTURES, Harness, ids_of, make_harness
 
 SLOW_TOOLS = f"{FIXTURES / 'slow_tools.py'}:TOOLS"
 

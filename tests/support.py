@@ -1,0 +1,100 @@
+"""What the end-to-end tests share: a real fake-model server and the real CLI run in
+subprocesses against one World folder.
+
+Imported as ``support`` (``tests/`` is on sys.path through its conftest); kept out of
+conftest.py because several conftest modules would shadow one another by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from durable_harness.harness.fake_model import FakeModelServer
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "durable_harness" / "demo"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@dataclass
+class Harness:
+    """One World folder, one fake model, and the CLI run as real processes."""
+
+    tmp: Path
+    server: FakeModelServer
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ledger(self) -> Path:
+        return self.tmp / "ledger.txt"
+
+    def ledger_lines(self) -> list[str]:
+        return self.ledger.read_text().splitlines() if self.ledger.exists() else []
+
+    def cli(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "durable_harness.cli", *args],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def popen(self, *args: str, **env: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "durable_harness.cli", *args],
+            env={**self.env, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group, killed as a group
+        )
+
+    def requests(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def repeated_requests(self) -> dict[str, int]:
+        counts = Counter(r["request_hash"] for r in self.requests())
+        return {h: n for h, n in counts.items() if n > 1}
+
+    def show(self, turn_id: str) -> dict[str, Any]:
+        out = self.cli("show", turn_id, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def ids_of(out: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines()[:2] if " " in line)
+
+
+def make_harness(tmp: Path, script: Path, lease: str = "1") -> Iterator[Harness]:
+    log = tmp / "fake-model.jsonl"
+    with FakeModelServer(script, log_path=log) as server:
+        server.start()
+        env = {
+            **os.environ,
+            "ANTHROPIC_BASE_URL": server.url,
+            "DURABLE_HARNESS_WORLD": "local",
+            "DURABLE_HARNESS_DATA_DIR": str(tmp / "world"),
+            "DURABLE_HARNESS_LEASE_SECONDS": lease,
+            "DURABLE_HARNESS_POLL_SECONDS": "0.1",
+            "DURABLE_HARNESS_DEMO_LEDGER": str(tmp / "ledger.txt"),
+        }
+        yield Harness(tmp, server, log, env)
+
+
+DEMO_TOOLS = f"{DEMO / 'tools.py'}:TOOLS"
+DEMO_PROMPT = "Refund order 42, then note the refund in refunds.md."
+DEMO_REPLY = "Refunded order 42 once and noted it in refunds.md."

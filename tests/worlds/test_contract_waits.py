@@ -1,0 +1,98 @@
+"""The World contract for durable waits: suspend, signals, wake-ups.
+
+Runs on every backend in :data:`WAIT_BACKENDS` (a backend joins once it implements the
+wait methods of ``worlds/base.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from durable_harness.harness.errors import LeaseLost, NotFound
+from durable_harness.worlds.base import Lease, TurnStatus, World
+
+if TYPE_CHECKING:
+    from conftest import WorldSpec
+
+WAIT_BACKENDS = ["local"]
+# Narrows conftest's world_spec (all backends) to those that implement waits.
+pytestmark = pytest.mark.parametrize("world_spec", WAIT_BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def world(world_spec: WorldSpec) -> Iterator[World]:
+    with world_spec.open() as w:
+        w.create_session("s")
+        w.create_turn("s", "t", "prompt", {})
+        yield w
+
+
+def claim(world: World) -> Lease:
+    lease = world.claim("w", 30)
+    assert lease is not None and lease.turn_id == "t"
+    return lease
+
+
+def test_suspended_turn_has_no_lease_and_wakes_on_its_timer(world: World) -> None:
+    lease = claim(world)
+    world.suspend(lease, time.time() + 0.4, "timer")
+    turn = world.get_turn("t")
+    assert turn.status is TurnStatus.WAITING and turn.waiting_for == "timer"
+    assert turn.lease_owner is None
+    assert world.claim("w", 30) is None
+    time.sleep(0.5)
+    again = claim(world)
+    assert again.epoch == lease.epoch + 1
+    assert world.get_turn("t").waiting_for is None
+
+
+def test_suspend_is_fenced(world: World) -> None:
+    stale = claim(world)
+    world.claim_turn("t", "other", 30, force=True)
+    with pytest.raises(LeaseLost):
+        world.suspend(stale, time.time() + 60, "timer")
+
+
+def test_signal_wakes_a_waiting_turn(world: World) -> None:
+    world.suspend(claim(world), time.time() + 3600, "signal ci")
+    assert world.claim("w", 30) is None
+    assert world.send_signal("t", "ci", '{"status": "failed"}') is True
+    claim(world)
+    assert world.get_signal("t", "ci") == '{"status": "failed"}'
+
+
+def test_duplicate_signal_is_idempotent(world: World) -> None:
+    assert world.send_signal("t", "ci", "first") is True
+    assert world.send_signal("t", "ci", "second") is False
+    assert world.get_signal("t", "ci") == "first"
+    assert world.get_signal("t", "other") is None
+
+
+def test_signal_before_the_wait_is_kept_and_wakes_the_suspend(world: World) -> None:
+    lease = claim(world)
+    world.send_signal("t", "ci", "early")  # arrives while the turn still runs
+    world.suspend(lease, time.time() + 3600, "signal ci", signal="ci")
+    claim(world)  # deliverable at once: the awaited signal is already there
+
+
+def test_signal_for_an_unknown_turn(world: World) -> None:
+    with pytest.raises(NotFound):
+        world.send_signal("nope", "ci", "x")
+
+
+def test_suspends_do_not_count_toward_dead_letter(world: World) -> None:
+    world.max_attempts = 2
+    for _ in range(4):  # four deliveries, each ending in a deliberate suspend
+        world.suspend(claim(world), time.time(), "timer")
+    lease = claim(world)
+    assert lease.attempt == 5 and world.get_turn("t").status is TurnStatus.RUNNING
+
+
+def test_enqueue_wakes_a_waiting_turn(world: World) -> None:
+    world.suspend(claim(world), time.time() + 3600, "timer")
+    world.enqueue("t")
+    claim(world)
