@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="start a turn and drive it here (or --detach)")
     run.add_argument("prompt", metavar="PROMPT")
-    run.add_argument("--agent", default="builtin", help="builtin (default)")
+    run.add_argument("--agent", default="builtin", help="builtin (default) or claude-code")
     run.add_argument(
         "--workspace",
         default="virtual",
@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="host tools: NAME is a list of tools in FILE.py (repeatable)",
     )
     run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
+    run.add_argument(
+        "--agent-config",
+        metavar="FILE.toml",
+        help="the agent's options (claude-code: replay labels, see docs/claude-code.md)",
+    )
     run.add_argument("--model", help="model name (env DURABLE_HARNESS_MODEL)")
     run.add_argument("--base-url", help="model endpoint (default: env ANTHROPIC_BASE_URL)")
     run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
@@ -184,8 +189,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         settings=settings,
     )
+    if args.agent_config:
+        from durable_harness.adapters import read_agent_config
+
+        config["agent_config"] = read_agent_config(args.agent_config)
     with settings.open_world() as world:
-        turn = start_turn(world, settings, args.prompt, config, args.session)
+        turn = start_turn(
+            world, settings, args.prompt, config, args.session, queue_behind=args.detach
+        )
         print(f"session {turn.session_id}\nturn {turn.turn_id}", flush=True)
         if args.detach:
             print("queued: `durable-harness worker` will run it", file=sys.stderr)

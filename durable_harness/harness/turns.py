@@ -58,18 +58,25 @@ def start_turn(
     prompt: str,
     config: dict[str, Any],
     session_id: str | None = None,
+    *,
+    queue_behind: bool = False,
 ) -> Turn:
-    """Check the configuration, then create (or extend) the session and enqueue a turn."""
+    """Check the configuration, then create (or extend) the session and enqueue a turn.
+
+    Turns of a session run in order. With ``queue_behind`` a turn may be added while an
+    earlier one is unfinished (workers park it until that one ends); without, that is an
+    error, since the caller means to drive the new turn now."""
     if not prompt.strip():
         raise ConfigError("the prompt is empty: say what the agent should do")
     get_adapter(str(config["agent"])).check(config, settings)
     if session_id is not None:
         world.get_session(session_id)
         unfinished = [t for t in world.list_turns(session_id) if t.status in UNFINISHED]
-        if unfinished:
+        if unfinished and not queue_behind:
             raise ConfigError(
                 f"turn {unfinished[0].turn_id} of session {session_id} has not finished: "
-                f"wait for it or run `durable-harness resume {unfinished[0].turn_id}`"
+                f"wait for it, run `durable-harness resume {unfinished[0].turn_id}`, or "
+                "queue this one behind it with --detach"
             )
     else:
         session_id = new_id("ses")

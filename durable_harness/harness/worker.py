@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 
 from durable_harness.adapters import get_adapter
@@ -76,8 +77,13 @@ class Worker:
         """Run one claimed turn to its end; return a :class:`TurnOutcome` value."""
         turn = self.world.get_turn(lease.turn_id)
         if self._earlier_turn_pending(lease):
-            self.world.release(lease, delay=SESSION_ORDER_DELAY)
-            return TurnOutcome.RELEASED
+            # Parked, not released: waiting for its turn must not use up deliveries.
+            wake = time.time() + SESSION_ORDER_DELAY
+            try:
+                self.world.suspend(lease, wake, "an earlier turn of its session")
+            except NotImplementedError:
+                self.world.release(lease, delay=SESSION_ORDER_DELAY)
+            return TurnOutcome.WAITING
         self.on_event(
             f"turn {turn.turn_id}: delivery {lease.attempt}, epoch {lease.epoch}, "
             f"owner {self.owner}"

@@ -45,3 +45,26 @@ def test_workspace_carries_over(demo_harness: Harness) -> None:
             "SELECT output FROM steps WHERE turn_id=? AND name='bash'", (ids_of(second)["turn"],)
         ).fetchone()
     assert json.loads(output)["content"] == "exit code 0\n- order 42: refunded\n"
+
+
+def test_queued_turns_of_a_session_run_in_order(demo_harness: Harness) -> None:
+    """Two turns queued at once in one session: two workers, and the second still runs
+    after the first (parked meanwhile, without using up its deliveries) and sees it."""
+    h = demo_harness
+    first = h.cli("run", "--detach", "--tools", DEMO_TOOLS, DEMO_PROMPT)
+    session = ids_of(first)["session"]
+    second = h.cli(
+        "run", "--detach", "--session", session, "--tools", DEMO_TOOLS, "What did you do before?"
+    )
+    assert second.returncode == 0, second.stderr
+    refused = h.cli("run", "--session", session, "--tools", DEMO_TOOLS, "and now?")
+    assert refused.returncode == 2 and "--detach" in refused.stderr
+    workers = [h.popen("worker", "--until-idle") for _ in range(2)]
+    for w in workers:
+        _, err = w.communicate(timeout=120)
+        assert w.returncode == 0, err
+    one, two = (h.show(ids_of(x)["turn"])["turn"] for x in (first, second))
+    assert one["status"] == two["status"] == "done"
+    assert two["result"] == "Earlier in this session I refunded order 42 once."
+    assert two["finished_at"] > one["finished_at"]
+    assert len(h.ledger_lines()) == 1
