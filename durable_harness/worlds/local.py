@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from durable_harness.harness.errors import (
     CorruptJournal,
@@ -40,63 +40,18 @@ from durable_harness.harness.errors import (
     WorldError,
 )
 from durable_harness.worlds.base import Lease, Session, Step, StepStatus, Turn, TurnStatus, World
+from durable_harness.worlds.local_schema import (
+    MIGRATIONS,
+    session_from_row,
+    step_from_row,
+    turn_from_row,
+)
 
 DB_NAME = "world.sqlite3"
 BUSY_TIMEOUT_MS = 30_000
 
-# Append-only: a migration that shipped is never edited, only followed by a new entry.
-# Its position (1-based) is the schema version recorded in `schema_version`.
-MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "initial schema",
-        (
-            """CREATE TABLE sessions (
-                session_id TEXT PRIMARY KEY, created_at REAL NOT NULL,
-                meta TEXT NOT NULL DEFAULT '{}')""",
-            """CREATE TABLE turns (
-                turn_id TEXT PRIMARY KEY,
-                session_id TEXT NOT NULL REFERENCES sessions(session_id),
-                idx INTEGER NOT NULL, prompt TEXT NOT NULL, status TEXT NOT NULL,
-                config TEXT NOT NULL DEFAULT '{}', created_at REAL NOT NULL,
-                attempts INTEGER NOT NULL DEFAULT 0, epoch INTEGER NOT NULL DEFAULT 0,
-                lease_owner TEXT, lease_expires_at REAL, visible_at REAL,
-                result TEXT, error TEXT, finished_at REAL,
-                UNIQUE (session_id, idx))""",
-            # Finished turns pile up; these keep `claim` from scanning them.
-            "CREATE INDEX turns_queued ON turns(status, visible_at)",
-            "CREATE INDEX turns_leased ON turns(status, lease_expires_at)",
-            "CREATE INDEX turns_created ON turns(created_at)",
-            """CREATE TABLE steps (
-                turn_id TEXT NOT NULL REFERENCES turns(turn_id), seq INTEGER NOT NULL,
-                key TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
-                input_hash TEXT NOT NULL, input TEXT, status TEXT NOT NULL,
-                output TEXT, output_blob TEXT, attempts INTEGER NOT NULL DEFAULT 1,
-                epoch INTEGER NOT NULL, started_at REAL NOT NULL, finished_at REAL,
-                meta TEXT NOT NULL DEFAULT '{}',
-                PRIMARY KEY (turn_id, seq), UNIQUE (turn_id, key))""",
-            """CREATE TABLE session_records (
-                session_id TEXT NOT NULL REFERENCES sessions(session_id),
-                name TEXT NOT NULL, digest TEXT NOT NULL,
-                PRIMARY KEY (session_id, name))""",
-        ),
-    ),
-    (
-        "durable waits",
-        (
-            "ALTER TABLE turns ADD COLUMN waiting_for TEXT",
-            # Deliveries up to the last deliberate suspend do not count toward dead-lettering.
-            "ALTER TABLE turns ADD COLUMN attempt_floor INTEGER NOT NULL DEFAULT 0",
-            """CREATE TABLE signals (
-                turn_id TEXT NOT NULL REFERENCES turns(turn_id), name TEXT NOT NULL,
-                payload TEXT NOT NULL, received_at REAL NOT NULL,
-                PRIMARY KEY (turn_id, name))""",
-        ),
-    ),
-]
-
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
-_E = TypeVar("_E", TurnStatus, StepStatus)
 
 
 class LocalWorld(World):
@@ -272,7 +227,7 @@ class LocalWorld(World):
             rows = conn.execute(
                 "SELECT * FROM sessions ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,)
             ).fetchall()
-            return [_session_from_row(row) for row in rows]
+            return [session_from_row(row) for row in rows]
 
     def create_turn(
         self, session_id: str, turn_id: str, prompt: str, config: dict[str, Any]
@@ -284,7 +239,7 @@ class LocalWorld(World):
                 # A retried create (the caller died after committing) gets the same turn back;
                 # reusing the id for different work is a bug worth stopping.
                 if existing["session_id"] == session_id and existing["prompt"] == prompt:
-                    return _turn_from_row(existing)
+                    return turn_from_row(existing)
                 raise WorldError(f"turn id {turn_id!r} is already used by another turn")
             now = time.time()
             idx = conn.execute(
@@ -312,7 +267,7 @@ class LocalWorld(World):
                     "SELECT * FROM turns WHERE session_id = ? ORDER BY idx LIMIT ?",
                     (session_id, limit),
                 ).fetchall()
-            return [_turn_from_row(row) for row in rows]
+            return [turn_from_row(row) for row in rows]
 
     def put_session_record(self, session_id: str, name: str, digest: str) -> None:
         with self._transaction(write=True) as conn:
@@ -335,10 +290,10 @@ class LocalWorld(World):
         row = conn.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
         if row is None:
             raise NotFound(f"no session {session_id!r}")
-        return _session_from_row(row)
+        return session_from_row(row)
 
     def _turn(self, conn: sqlite3.Connection, turn_id: str) -> Turn:
-        return _turn_from_row(self._turn_row(conn, turn_id))
+        return turn_from_row(self._turn_row(conn, turn_id))
 
     def _turn_row(self, conn: sqlite3.Connection, turn_id: str) -> sqlite3.Row:
         row: sqlite3.Row | None = conn.execute(
@@ -378,7 +333,7 @@ class LocalWorld(World):
                 ).fetchone()
                 if row is None:
                     return None
-                turn = _turn_from_row(row)
+                turn = turn_from_row(row)
                 if self._exhausted(row):
                     self._dead_letter(conn, turn, now)
                     continue
@@ -390,7 +345,7 @@ class LocalWorld(World):
         with self._transaction(write=True) as conn:
             now = time.time()
             row = self._turn_row(conn, turn_id)
-            turn = _turn_from_row(row)
+            turn = turn_from_row(row)
             if turn.status in (TurnStatus.DONE, TurnStatus.FAILED):
                 return None
             visible_at = row["visible_at"]
@@ -546,7 +501,7 @@ class LocalWorld(World):
             rows = conn.execute(
                 "SELECT * FROM steps WHERE turn_id = ? ORDER BY seq", (turn_id,)
             ).fetchall()
-            return [_step_from_row(row) for row in rows]
+            return [step_from_row(row) for row in rows]
 
     def insert_intent(self, step: Step) -> None:
         if step.status != StepStatus.INTENT:
@@ -623,49 +578,10 @@ class LocalWorld(World):
         ).fetchone()
         if row is None:
             raise NotFound(f"turn {turn_id} has no step {seq}")
-        return _step_from_row(row)
+        return step_from_row(row)
 
 
 # -- row decoding ---------------------------------------------------------------------
-def _json_object(text: Any, where: str, column: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise CorruptJournal(f"{where}: column {column} is not valid JSON") from exc
-    if not isinstance(value, dict):
-        raise CorruptJournal(f"{where}: column {column} is not a JSON object")
-    return value
-
-
-def _session_from_row(row: sqlite3.Row) -> Session:
-    meta = _json_object(row["meta"], f"session {row['session_id']}", "meta")
-    return Session(session_id=row["session_id"], created_at=row["created_at"], meta=meta)
-
-
-def _turn_from_row(row: sqlite3.Row) -> Turn:
-    where = f"turn {row['turn_id']}"
-    hidden = ("idx", "visible_at", "attempt_floor")
-    columns = {k: row[k] for k in row.keys() if k not in hidden}  # noqa: SIM118
-    columns["status"] = _enum(TurnStatus, row["status"], where)
-    columns["config"] = _json_object(row["config"], where, "config")
-    return Turn(index=row["idx"], **columns)
-
-
-def _step_from_row(row: sqlite3.Row) -> Step:
-    where = f"turn {row['turn_id']} step {row['seq']}"
-    columns = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row is not a Mapping
-    columns["status"] = _enum(StepStatus, row["status"], where)
-    columns["meta"] = _json_object(row["meta"], where, "meta")
-    return Step(**columns)
-
-
-def _enum(kind: type[_E], value: Any, where: str) -> _E:
-    try:
-        return kind(value)
-    except ValueError as exc:
-        raise CorruptJournal(f"{where}: unknown status {value!r}") from exc
-
-
 def _fsync_dir(path: Path) -> None:
     if os.name != "posix":
         return  # directories cannot be opened for fsync on Windows
