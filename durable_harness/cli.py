@@ -66,11 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="host tools: NAME is a list of tools in FILE.py (repeatable)",
     )
     run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
-    run.add_argument(
-        "--agent-config",
-        metavar="FILE.toml",
-        help="the agent's options (claude-code: replay labels, see docs/claude-code.md)",
-    )
     run.add_argument("--model", help="model name (env DURABLE_HARNESS_MODEL)")
     run.add_argument("--base-url", help="model endpoint (default: env ANTHROPIC_BASE_URL)")
     run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
@@ -189,10 +184,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         settings=settings,
     )
-    if args.agent_config:
-        from durable_harness.adapters import read_agent_config
-
-        config["agent_config"] = read_agent_config(args.agent_config)
     with settings.open_world() as world:
         turn = start_turn(
             world, settings, args.prompt, config, args.session, queue_behind=args.detach
