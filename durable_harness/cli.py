@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--workspace",
         default="virtual",
-        help="'virtual' (in-memory, default) or a host folder (the local sandbox, opt-in)",
+        help="'virtual' (in-memory, default), 'docker' (a container per session, "
+        "docs/docker.md) or a host folder (the local sandbox, opt-in)",
     )
     run.add_argument(
         "--tools",
@@ -66,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="host tools: NAME is a list of tools in FILE.py (repeatable)",
     )
     run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
+    run.add_argument(
+        "--agent-config",
+        metavar="FILE.toml",
+        help="the agent's options (claude-code: replay labels, see docs/claude-code.md)",
+    )
     run.add_argument("--model", help="model name (env DURABLE_HARNESS_MODEL)")
     run.add_argument("--base-url", help="model endpoint (default: env ANTHROPIC_BASE_URL)")
     run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
@@ -123,6 +129,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="check the World and the model endpoint settings")
     _world_flags(doctor)
+
+    box = sub.add_parser("sandbox", help="the Docker sandbox: build its image, list, remove")
+    box_sub = box.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
+    build = box_sub.add_parser(
+        "build", help="build the agent image (the CLIs at pinned versions; docs/docker.md)"
+    )
+    build.add_argument(
+        "--offline",
+        action="store_true",
+        help="no registry: a debootstrap base with this host's node, CLIs by this host's npm",
+    )
+    build.add_argument("--base", help="base image (default node:20-bookworm-slim)")
+    build.add_argument("--tag", help="image name (default durable-harness/agent:<version>)")
+    build.add_argument("--network", help="network of the RUN steps (host: a daemon without bridge)")
+    build.add_argument("--cache-dir", help="offline build cache (default ~/.cache/durable-harness)")
+    build.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    box_sub.add_parser("ls", help="list the sandbox containers on this Docker host")
+    rm = box_sub.add_parser("rm", help="remove sessions' containers and volumes")
+    rm.add_argument("sessions", nargs="+", metavar="SESSION")
 
     demo = sub.add_parser("demo", help="crash a turn on purpose, resume it, show the journal")
     demo.add_argument("--data-dir", help="keep the demo's World here (default: a temp folder)")
@@ -184,6 +209,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         settings=settings,
     )
+    if args.agent_config:
+        from durable_harness.adapters import read_agent_config
+
+        config["agent_config"] = read_agent_config(args.agent_config)
     with settings.open_world() as world:
         turn = start_turn(
             world, settings, args.prompt, config, args.session, queue_behind=args.detach
@@ -301,7 +330,40 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         checks = world.doctor()
     for check in checks:
         print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    from durable_harness.sandbox.docker_image import sandbox_checks
+
+    # Informational: only --workspace docker and the claude-code/codex agents need Docker.
+    print("Docker sandbox (--workspace docker, claude-code, codex):")
+    for check in sandbox_checks():
+        print(f"  [{'ok' if check.ok else '--'}] {check.name}: {check.detail}")
     return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from durable_harness.sandbox import docker_image
+
+    if args.sandbox_command == "build":
+        result = docker_image.build_image(
+            tag=args.tag,
+            base=args.base,
+            offline=args.offline,
+            network=args.network,
+            cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+            force=args.force,
+            say=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+        done = "up to date" if result.cached else f"built in {result.seconds:.0f}s"
+        print(f"{result.image}: {done}, {result.size / 1e6:.0f} MB")
+    elif args.sandbox_command == "ls":
+        for row in docker_image.list_sandboxes():
+            print(f"{row['session']:<28}  {row['status']:<8}  {row['created']}  {row['container']}")
+    else:
+        for session in args.sessions:
+            n = docker_image.remove_sandbox(session)
+            print(f"{session}: {'removed' if n else 'no sandbox'}")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -376,6 +438,7 @@ COMMANDS = {
     "signal": cmd_signal,
     "signal-server": cmd_signal_server,
     "doctor": cmd_doctor,
+    "sandbox": cmd_sandbox,
     "demo": cmd_demo,
     "crash-matrix": cmd_crash_matrix,
     "fake-model": cmd_fake_model,

@@ -4,10 +4,14 @@ at the bundled fake model (or at a closed loopback port) and ANTHROPIC_API_KEY i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker_server
+import postgres_server
 import pytest
+import services_s3
 from support import DEMO, Harness, make_harness
 
 
@@ -16,6 +20,44 @@ def _no_provider(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # closed: fails fast
     monkeypatch.delenv("DURABLE_HARNESS_CRASH_AT", raising=False)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[postgres_server.PostgresServer]:
+    """The run's PostgreSQL server (fsync off, 127.0.0.1, a free port, its own temp folder),
+    started on first use and stopped by pg_ctl (or PID) when the session ends."""
+    if postgres_server.find_bindir() is None:
+        pytest.skip("PostgreSQL binaries not found: run scripts/setup")
+    yield postgres_server.shared_server()
+    postgres_server.stop_shared()
+
+
+@pytest.fixture(scope="session")
+def docker_host() -> Iterator[str]:
+    """The run's Docker Engine (own data-root and socket, no bridge network) with the agent
+    image built (cached between runs), DOCKER_HOST pointing at it for this process and the
+    CLI processes tests start; stopped by PID when the session ends."""
+    reason = docker_server.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    server = docker_server.shared_server()
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = server.url
+    yield server.url
+    if previous is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = previous
+    docker_server.stop_shared()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _s3_servers() -> Iterator[None]:
+    """moto server and SeaweedFS start on first use (``services_s3.moto()``,
+    ``.seaweedfs()``: 127.0.0.1, free ports, temp folders) and stop by PID when the session
+    ends."""
+    yield
+    services_s3.stop_all()
 
 
 @pytest.fixture

@@ -18,7 +18,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from durable_harness.adapters.base import Adapter, TurnRun
-from durable_harness.harness.errors import SandboxError, TurnFailed, TurnSuspended
+from durable_harness.harness.errors import (
+    SandboxError,
+    SandboxUnavailable,
+    TurnFailed,
+    TurnSuspended,
+)
 from durable_harness.harness.journal import Journal, Outcome, decode_output
 from durable_harness.harness.model import ModelClient, resolve_endpoint
 from durable_harness.harness.settings import Settings
@@ -31,7 +36,7 @@ from durable_harness.harness.tools import (
     load_tools,
 )
 from durable_harness.harness.waits import wait_tools
-from durable_harness.harness.workspace import SnapshotStore
+from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox import open_sandbox
 from durable_harness.sandbox.base import Sandbox
 from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
@@ -102,7 +107,11 @@ def workspace_tools(sandbox: Sandbox) -> list[Tool]:
     ]
 
 
-def open_turn_sandbox(config: dict[str, Any], settings: Settings) -> Sandbox:
+def open_turn_sandbox(
+    config: dict[str, Any], settings: Settings, session_id: str | None = None
+) -> Sandbox:
+    """The turn's sandbox. Docker's is the session's container (``session_id`` None only
+    checks that Docker and the image are there: nothing is created)."""
     spec = str(config.get("workspace", "virtual"))
     if spec == "virtual":
         return open_sandbox(
@@ -110,6 +119,8 @@ def open_turn_sandbox(config: dict[str, Any], settings: Settings) -> Sandbox:
             max_files=int(config.get("max_files", settings.max_files)),
             max_bytes=int(config.get("max_bytes", settings.max_bytes)),
         )
+    if spec == "docker":
+        return open_sandbox(spec, session_id=session_id)
     return open_sandbox(spec)
 
 
@@ -201,7 +212,7 @@ class BuiltinAdapter(Adapter):
         settings = run.settings
         world = run.world
         start = session_start(world, run.turn.session_id, run.turn.index)
-        sandbox = open_turn_sandbox(config, settings)
+        sandbox = open_turn_sandbox(config, settings, run.turn.session_id)
         try:
             return _Loop(run, sandbox, start).run()
         finally:
@@ -225,12 +236,11 @@ class _Loop:
         self.base_url: str | None = config.get("base_url")
         self._client: ModelClient | None = None
         self.messages = [*start.history, {"role": "user", "content": run.turn.prompt}]
-        if sandbox.journaled:
-            # The newest snapshot: this turn's own last finished tool step, else where the
-            # session's previous turn left the workspace.
-            digest = self.journal.latest_meta("workspace") or start.workspace
-            if digest is not None:
-                sandbox.import_state(self.snapshots.load(str(digest)))
+        # The newest snapshot: this turn's own last finished tool step, else where the
+        # session's previous turn left the workspace. A container's workspace that still
+        # holds it is kept as it is.
+        digest = self.journal.latest_meta("workspace") or start.workspace
+        restore_workspace(sandbox, self.snapshots, None if digest is None else str(digest))
 
     @property
     def client(self) -> ModelClient:
@@ -316,15 +326,16 @@ class _Loop:
                 try:
                     out = tool.invoke(raw, ctx)
                     value = {"content": out if isinstance(out, str) else _jsonish(out)}
-                except TurnSuspended:
-                    raise  # not a tool failure: the worker parks the turn
+                except (TurnSuspended, SandboxUnavailable):
+                    raise  # not a tool failure: the worker parks or retries the turn
                 except (SandboxError, ToolInputError) as exc:
                     value = {"content": str(exc), "is_error": True}
                 except Exception as exc:  # a host tool's failure is its result
                     value = {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
             meta: dict[str, Any] = {}
-            if self.sandbox.journaled:
-                meta["workspace"] = self.snapshots.save(self.sandbox.export_state())
+            digest = save_workspace(self.sandbox, self.snapshots)
+            if digest is not None:
+                meta["workspace"] = digest
             return Outcome(value, meta)
 
         return call

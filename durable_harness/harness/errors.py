@@ -15,8 +15,11 @@ with ``raise WorldError(...) from exc`` so callers never catch a driver's except
     │   ├── StepConflict        (turn_id, seq) or (turn_id, key) already taken (invariant 2)
     │   ├── LeaseLost           a write carried a stale lease epoch: fenced out (invariant 3)
     │   └── CorruptJournal      a stored row cannot be decoded
-    ├── SandboxError            the workspace refused an operation
-    │   └── WorkspaceLimit      the file-count or byte cap would be exceeded
+    ├── SandboxError            the workspace refused an operation (a tool error result)
+    │   ├── WorkspaceLimit      the file-count or byte cap would be exceeded
+    │   └── ResourceLimit       a command hit the sandbox's memory or process limit
+    ├── SandboxUnavailable      the sandbox backend cannot be reached (Docker down, image
+    │                           missing, container gone): retried, never a tool result
     ├── ModelError              the model endpoint failed; the step is not recorded as done
     ├── TurnFailed              the agent cannot finish this turn (e.g. too many model calls)
     └── TurnSuspended           not a failure: a wait step parks the turn (no worker holds it)
@@ -73,6 +76,21 @@ class SandboxError(DurableHarnessError):
 
 class WorkspaceLimit(SandboxError):
     """The workspace's file-count or byte cap would be exceeded."""
+
+
+class ResourceLimit(SandboxError):
+    """A command in the sandbox hit its memory or process limit; the message carries the
+    command's output. The sandbox itself survived."""
+
+
+class SandboxUnavailable(DurableHarnessError):
+    """The sandbox backend cannot serve the turn now: Docker is not reachable, the agent
+    image is not built on this machine, or the session's container vanished mid-turn.
+
+    Not a :class:`SandboxError`: the agent must not see it as a tool result. A worker
+    releases the turn for a retry (another machine, or this one once fixed); the CLI
+    reports it as bad input with what to do next.
+    """
 
 
 class ModelError(DurableHarnessError):

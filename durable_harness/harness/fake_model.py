@@ -84,6 +84,9 @@ class _Answer:
     last_user_text: str = ""
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0
+    stream_fault: str | None = None
+    fault_after: int = 0
+    request_key: str | None = None  # the X-Durable-Harness-Key header of a journaling proxy
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -243,6 +246,8 @@ class FakeModelServer:
             answer.chunk_delay_s = rule.reply.chunk_delay_ms / 1000
         else:
             answer.body = dumps_compact(message)
+        answer.stream_fault = rule.reply.stream_fault
+        answer.fault_after = rule.reply.fault_after
         return answer
 
     def answer_count_tokens(self, body: bytes) -> _Answer:
@@ -283,6 +288,7 @@ class FakeModelServer:
                 "last_user_text": answer.last_user_text[:_LOGGED_TEXT],
                 "status": answer.status,
                 "api_key_sent": api_key_sent,
+                "request_key": answer.request_key,
             }
             self._log_file.write(json.dumps(line, ensure_ascii=False) + "\n")
             self._log_file.flush()
@@ -314,6 +320,9 @@ class _Handler(BaseHTTPRequestHandler):
     # Anthropic's do; every response therefore sets Content-Length or is chunked.
     protocol_version = "HTTP/1.1"
     server_version = "durable-harness-fake-model"
+    # Each event is its own small write, as a provider streams it; with Nagle's algorithm
+    # on, a write could wait for the client's delayed ACK (40 ms on Linux).
+    disable_nagle_algorithm = True
 
     @property
     def fake(self) -> FakeModelServer:
@@ -391,6 +400,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _respond(self, answer: _Answer) -> None:
         api_key_sent = bool(self.headers.get("x-api-key") or self.headers.get("Authorization"))
+        answer.request_key = self.headers.get("X-Durable-Harness-Key")
         self.fake.record(answer, api_key_sent)
         if answer.delay_s and self.fake._stopping.wait(answer.delay_s):
             self.close_connection = True
@@ -398,6 +408,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if answer.events is not None and answer.status == 200:
                 self._send_stream(answer)
+            elif answer.stream_fault is not None and answer.status == 200:
+                self._send_broken_json(answer)
             else:
                 self._send_json(answer.status, answer.body, answer.headers)
         except (BrokenPipeError, ConnectionResetError):
@@ -413,6 +425,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _send_broken_json(self, answer: _Answer) -> None:
+        """A JSON reply cut in half: malformed (the connection stays), or dropped."""
+        half = answer.body[: len(answer.body) // 2]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        full = answer.stream_fault == "drop"  # promise the whole body, then hang up
+        self.send_header("Content-Length", str(len(answer.body) if full else len(half)))
+        self.end_headers()
+        self.wfile.write(half)
+        self.wfile.flush()
+        if full:
+            self.close_connection = True
+
     def _send_stream(self, answer: _Answer) -> None:
         assert answer.events is not None
         self.send_response(200)
@@ -423,6 +448,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         for number, frame in enumerate(answer.events):
+            if answer.stream_fault is not None and number == answer.fault_after:
+                if answer.stream_fault == "drop":
+                    self.close_connection = True  # no end of stream: a provider dying mid-way
+                    return
+                frame = b"event: content_block_delta\ndata: {not json\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(frame), frame))
+                self.wfile.flush()
+                return
             if number and answer.chunk_delay_s and self.fake._stopping.wait(answer.chunk_delay_s):
                 # Shutting down: drop the connection as a dying provider would.
                 self.close_connection = True

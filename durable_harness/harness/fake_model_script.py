@@ -27,7 +27,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -134,6 +134,11 @@ class Reply(_Strict):
     error: ErrorReply | None = None
     delay_ms: int = Field(default=0, ge=0)
     chunk_delay_ms: int = Field(default=0, ge=0)
+    stream_fault: Literal["drop", "malformed"] | None = None
+    """Break the reply. Streamed: after ``fault_after`` events, ``drop`` the connection (no
+    end of stream) or send a ``malformed`` event (data that is not JSON) and end. JSON:
+    send half the body, then hang up (``drop``) or end there (``malformed``)."""
+    fault_after: int = Field(default=2, ge=0)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Reply:

@@ -33,7 +33,7 @@ def turn_config(
     settings: Settings,
 ) -> dict[str, Any]:
     """What a worker anywhere needs to run the turn (never a secret)."""
-    if workspace != "virtual":
+    if workspace not in ("virtual", "docker"):
         workspace = str(Path(workspace).resolve())
     config: dict[str, Any] = {
         "agent": agent,

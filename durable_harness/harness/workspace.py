@@ -1,4 +1,5 @@
-"""Workspace snapshots for journaled sandboxes (the virtual workspace).
+"""Workspace snapshots: journaled sandboxes (the virtual workspace) and sandboxes whose
+workspace can be lost with its machine (Docker volumes).
 
 A snapshot is a manifest blob ``{"cwd": …, "files": {path: sha256}}`` over one blob per
 file, so an unchanged file is stored once however many steps snapshot it (invariant 7).
@@ -14,7 +15,7 @@ import json
 
 from durable_harness.harness.errors import CorruptJournal
 from durable_harness.harness.tools import canonical_json
-from durable_harness.sandbox.base import SandboxState
+from durable_harness.sandbox.base import Sandbox, SandboxState
 from durable_harness.worlds.base import World
 
 
@@ -41,3 +42,38 @@ class SnapshotStore:
             return SandboxState(files=files, cwd=str(manifest["cwd"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptJournal(f"workspace snapshot {digest[:12]} is unreadable: {exc}") from exc
+
+
+def save_workspace(sandbox: Sandbox, store: SnapshotStore) -> str | None:
+    """Snapshot the workspace into the World at a step boundary; return the digest to keep
+    in the step's ``meta["workspace"]`` (None if this sandbox is not snapshotted).
+
+    For a ``snapshots`` sandbox the digest is also marked inside the workspace, so a later
+    :func:`restore_workspace` knows the workspace already holds it.
+    """
+    if not (sandbox.journaled or sandbox.snapshots):
+        return None
+    digest = store.save(sandbox.export_state())
+    if sandbox.snapshots:
+        sandbox.set_snapshot_mark(digest)
+    return digest
+
+
+def restore_workspace(sandbox: Sandbox, store: SnapshotStore, digest: str | None) -> bool:
+    """Bring the workspace to snapshot ``digest`` (the newest one the journal holds) if it
+    does not hold it already; True if files were restored.
+
+    A journaled sandbox is always rebuilt. A ``snapshots`` sandbox is rebuilt only when its
+    mark differs: its workspace is new (the container and volume were lost) or stale (the
+    session went on on another machine). A workspace whose mark equals ``digest`` is kept
+    as it is, with any effects of an interrupted step after that snapshot, as on a host
+    folder (the journal reports such a step as possibly ran).
+    """
+    if digest is None or not (sandbox.journaled or sandbox.snapshots):
+        return False
+    if sandbox.snapshots and sandbox.snapshot_mark() == digest:
+        return False
+    sandbox.import_state(store.load(digest))
+    if sandbox.snapshots:
+        sandbox.set_snapshot_mark(digest)
+    return True

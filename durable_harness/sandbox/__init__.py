@@ -11,21 +11,31 @@ from durable_harness.sandbox.base import Sandbox
 
 __all__ = ["open_sandbox"]
 
-_ACCEPTED = "'virtual' or a directory path (for example ./workspace or /srv/agent)"
+_ACCEPTED = "'virtual', 'docker', or a directory path (for example ./workspace or /srv/agent)"
 
 
 def open_sandbox(spec: str, **options: Any) -> Sandbox:
-    """The sandbox named by ``spec``: ``"virtual"``, or a folder path for a local sandbox
-    (created if missing). Backends are imported only when chosen.
+    """The sandbox named by ``spec``: ``"virtual"``, ``"docker"`` (the session's container;
+    pass ``session_id``), or a folder path for a local sandbox (created if missing; write
+    ``./docker`` for a folder named docker). Backends are imported only when chosen.
 
     ConfigError for any other name, for a path that is a file, or for options the
-    chosen backend does not take.
+    chosen backend does not take; SandboxUnavailable if Docker or its image is missing.
     """
     if spec == "virtual":
         from durable_harness.sandbox.virtual import VirtualSandbox
 
         _check_options(VirtualSandbox, spec, options)
         return VirtualSandbox(**options)
+    if spec == "docker":
+        try:
+            from durable_harness.sandbox.docker import DockerSandbox
+        except ImportError as exc:
+            raise ConfigError(
+                "the docker sandbox needs the docker package: pip install 'durable-harness[docker]'"
+            ) from exc
+        _check_options(DockerSandbox, spec, options)
+        return DockerSandbox(**options)
     if not _looks_like_path(spec):
         raise ConfigError(f"unknown sandbox {spec!r}; use {_ACCEPTED}")
     from durable_harness.sandbox.local import LocalSandbox

@@ -1,7 +1,8 @@
 """The Sandbox seam: where an agent's file and shell tools act.
 
 Backends: ``virtual`` (in-memory files and a bash-compatible interpreter, no network, no
-host binaries), ``local`` (a host folder and a persistent shell), ``docker`` (later).
+host binaries), ``local`` (a host folder and a persistent shell), ``docker`` (one hardened
+container per session, its workspace on a volume).
 
 Contract:
 
@@ -13,6 +14,13 @@ Contract:
   the core snapshots it after every tool step (``export_state``) and restores it on
   resume (``import_state``), so a resumed turn sees exactly the files it had; its tools
   can then replay as ``safe`` because their effects vanish with the process.
+* ``snapshots`` tells the core that the workspace outlives the process but may be lost
+  with its machine (a container's volume). The core saves ``export_state`` to the World at
+  step boundaries and records each digest with :meth:`Sandbox.set_snapshot_mark` inside the
+  workspace; on start it restores the newest snapshot only if
+  :meth:`Sandbox.snapshot_mark` differs (the workspace is new, or stale because the
+  session went on elsewhere). Tools still replay as on a host folder: effects persist.
+  See :func:`durable_harness.harness.workspace.restore_workspace`.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ class SandboxState:
 
 class Sandbox(abc.ABC):
     journaled: bool = False
+    snapshots: bool = False
 
     @abc.abstractmethod
     def read(self, path: str) -> str: ...
@@ -76,6 +85,14 @@ class Sandbox(abc.ABC):
 
     def import_state(self, state: SandboxState) -> None:
         raise NotImplementedError(f"{type(self).__name__} is not journaled")
+
+    def snapshot_mark(self) -> str | None:
+        """The digest of the World snapshot this workspace last matched (``snapshots``
+        sandboxes only); None for a new workspace."""
+        return None
+
+    def set_snapshot_mark(self, digest: str | None) -> None:  # noqa: B027 - optional
+        """Record that the workspace now matches snapshot ``digest`` (None: forget)."""
 
     def close(self) -> None:  # noqa: B027 - optional for sandboxes without resources
         """Stop shells and free resources."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from durable_harness.harness.errors import ConfigError
 from durable_harness.worlds.base import World
@@ -28,6 +28,10 @@ def open_world(name: str, **options: Any) -> World:
     backend, options = _resolve(name, dict(options))
     if backend == "local":
         return _open_local(options)
+    if backend == "s3sqs":
+        return _open_s3sqs(options)
+    if backend == "postgres":
+        return _open_postgres(options)
     raise ConfigError(
         f"the {backend} World is not available yet in this version of durable-harness; "
         "use the local World (a folder) for now"
@@ -78,3 +82,52 @@ def _open_local(options: dict[str, Any]) -> World:
     if options:
         raise ConfigError(f"unknown option(s) for the local World: {', '.join(sorted(options))}")
     return LocalWorld(data_dir, max_attempts=max_attempts)
+
+
+def _open_s3sqs(options: dict[str, Any]) -> World:
+    """``bucket`` and ``queue_url`` (or a URL ``s3sqs://BUCKET[/PREFIX]?queue=QUEUE_URL``),
+    ``max_attempts``, ``prefix`` (a key prefix, to share a bucket)."""
+    url = options.pop("url", None)
+    if url is not None:
+        parsed = urlparse(url)
+        query = parse_qs(parsed.query)
+        options.setdefault("bucket", parsed.netloc or None)
+        options.setdefault("prefix", unquote(parsed.path).strip("/"))
+        if "queue" in query:
+            options.setdefault("queue_url", query["queue"][0])
+    bucket, queue_url = options.pop("bucket", None), options.pop("queue_url", None)
+    if not bucket:
+        raise ConfigError("the s3sqs World needs a bucket: set DURABLE_HARNESS_S3_BUCKET")
+    if not queue_url:
+        raise ConfigError("the s3sqs World needs a queue: set DURABLE_HARNESS_SQS_QUEUE_URL")
+    max_attempts = int(options.pop("max_attempts", 5))
+    prefix = str(options.pop("prefix", "") or "")
+    if options:
+        raise ConfigError(f"unknown option(s) for the s3sqs World: {', '.join(sorted(options))}")
+    try:
+        from durable_harness.worlds.s3sqs import S3SqsWorld
+    except ImportError as exc:
+        raise ConfigError(
+            f"the s3sqs World needs boto3 ({exc}): pip install 'durable-harness[s3sqs]'"
+        ) from exc
+    return S3SqsWorld(str(bucket), str(queue_url), max_attempts=max_attempts, prefix=prefix)
+
+
+def _open_postgres(options: dict[str, Any]) -> World:
+    """``url`` (``postgresql://USER:PASSWORD@HOST:5432/DBNAME``) and ``max_attempts``."""
+    url = options.pop("url", None)
+    if not url:
+        raise ConfigError(
+            "the postgres World needs a database URL: set DURABLE_HARNESS_POSTGRES_URL="
+            "postgresql://USER:PASSWORD@HOST:5432/DBNAME"
+        )
+    max_attempts = int(options.pop("max_attempts", 5))
+    if options:
+        raise ConfigError(f"unknown option(s) for the postgres World: {', '.join(sorted(options))}")
+    try:
+        from durable_harness.worlds.postgres import PostgresWorld
+    except ImportError as exc:
+        raise ConfigError(
+            f"the postgres World needs psycopg ({exc}): pip install 'durable-harness[postgres]'"
+        ) from exc
+    return PostgresWorld(str(url), max_attempts=max_attempts)

@@ -461,6 +461,7 @@ def test_stats_and_log_count_every_request(serve: Serve, tmp_path: Path) -> None
     assert lines[2]["last_user_text"] == "nothing"
     # The same request streamed or not has the same hash.
     assert lines[0]["request_hash"] == lines[1]["request_hash"] == lines[5]["request_hash"]
+    assert lines[0]["request_key"] is None  # only a journaling proxy sends one
     assert set(lines[0]) == {
         "n",
         "time",
@@ -471,6 +472,7 @@ def test_stats_and_log_count_every_request(serve: Serve, tmp_path: Path) -> None
         "last_user_text",
         "status",
         "api_key_sent",
+        "request_key",
     }
 
 

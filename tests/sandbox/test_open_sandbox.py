@@ -28,7 +28,7 @@ def test_directory_path_is_created(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("spec", ["docker-ish", "virtul", ""])
 def test_unknown_names_say_what_is_accepted(spec: str) -> None:
-    with pytest.raises(ConfigError, match="'virtual' or a directory path"):
+    with pytest.raises(ConfigError, match="'virtual', 'docker', or a directory path"):
         open_sandbox(spec)
 
 

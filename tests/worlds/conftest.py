@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import postgres_server
 import pytest
+import services_s3
 
 from durable_harness.worlds import open_world
 from durable_harness.worlds.base import World
@@ -28,9 +30,36 @@ def local_backend(tmp_path: Path) -> Iterator[dict[str, Any]]:
     yield {"data_dir": str(tmp_path / "world")}
 
 
+@contextlib.contextmanager
+def s3sqs_moto_backend(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """S3 and SQS on moto server: a fresh bucket and queue per test."""
+    server = services_s3.moto()
+    with services_s3.s3sqs_env(server.url, server.url) as options:
+        yield options
+
+
+@contextlib.contextmanager
+def s3sqs_seaweedfs_backend(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """S3 on SeaweedFS (a real S3 server), SQS on moto server."""
+    with services_s3.s3sqs_env(services_s3.seaweedfs().url, services_s3.moto().url) as options:
+        yield options
+
+
+@contextlib.contextmanager
+def postgres_backend(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A new database per test on the run's PostgreSQL server (tests/postgres_server.py)."""
+    if postgres_server.find_bindir() is None:
+        pytest.skip("PostgreSQL binaries not found: run scripts/setup")
+    with postgres_server.fresh_world() as options:
+        yield options
+
+
 # name -> factory. Adding a backend (postgres, s3sqs) is one entry here.
 BACKENDS: dict[str, Callable[[Path], contextlib.AbstractContextManager[dict[str, Any]]]] = {
     "local": local_backend,
+    "postgres": postgres_backend,
+    "s3sqs-moto": s3sqs_moto_backend,
+    "s3sqs-seaweedfs": s3sqs_seaweedfs_backend,
 }
 
 
@@ -48,7 +77,8 @@ class WorldSpec:
 @pytest.fixture(params=sorted(BACKENDS))
 def world_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorldSpec]:
     with BACKENDS[request.param](tmp_path) as options:
-        yield WorldSpec(request.param, options)
+        # "s3sqs-moto" is the s3sqs World on moto: the name up to "-" is the World's.
+        yield WorldSpec(request.param.split("-", 1)[0], options)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from durable_harness.worlds.base import Lease, TurnStatus, World
 if TYPE_CHECKING:
     from conftest import WorldSpec
 
-WAIT_BACKENDS = ["local"]
+WAIT_BACKENDS = ["local", "postgres", "s3sqs-moto", "s3sqs-seaweedfs"]
 # Narrows conftest's world_spec (all backends) to those that implement waits.
 pytestmark = pytest.mark.parametrize("world_spec", WAIT_BACKENDS, indirect=True)
 

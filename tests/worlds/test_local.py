@@ -130,10 +130,11 @@ def test_open_world_by_name_url_and_path(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "options", "message"),
     [
-        ("postgres", {}, "not available yet"),
-        ("postgresql://u@h/db", {}, "postgres World is not available yet"),
-        ("s3sqs", {}, "not available yet"),
-        ("s3sqs://bucket/queue", {}, "s3sqs World is not available yet"),
+        ("postgres", {}, "set DURABLE_HARNESS_POSTGRES_URL"),
+        ("postgresql://u@h/db", {"colour": "red"}, "colour"),
+        ("s3sqs", {}, "set DURABLE_HARNESS_S3_BUCKET"),
+        ("s3sqs://bucket/prefix", {}, "set DURABLE_HARNESS_SQS_QUEUE_URL"),
+        ("s3sqs", {"bucket": "b", "queue_url": "q", "colour": "red"}, "colour"),
         ("mongo", {}, "known Worlds: local, postgres, s3sqs"),
         ("mongo://x", {}, "unknown World URL scheme"),
         ("local", {}, "needs a folder"),

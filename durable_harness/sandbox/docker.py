@@ -1,0 +1,518 @@
+"""The Docker sandbox: one hardened container per session, found again by label.
+
+Contract, on top of :mod:`durable_harness.sandbox.base`:
+
+* **One container per session**, named ``durable-harness-<session>`` and labelled
+  ``durable-harness.session=<id>`` and ``durable-harness.managed=1``. It is created on
+  first use and outlives the worker: any worker that opens the same session re-attaches
+  to it by label (a stopped one is started again). Creating it is race-safe: two workers
+  creating it at once end up on the same container (the name is unique).
+* **Hardened**: uid 1000, every capability dropped, ``no-new-privileges``, read-only root,
+  ``network_mode="none"`` (only ``lo``), no Docker socket, memory (swap included), CPU and
+  process limits, a size-capped ``/tmp`` tmpfs, tini as pid 1. Writable: ``/workspace``
+  and ``/home/agent`` (the session's two volumes), ``/tmp`` and ``/dev/shm``. The worker's
+  environment never reaches the container: its environment is the image's.
+* **Files** are read and written by ``cat`` run as the agent user (``put_archive`` fails on
+  a read-only root and writes as root), confined to ``/workspace`` after resolving
+  symlinks inside the container.
+* **bash** runs each command in a fresh ``bash`` that restores the previous command's cwd
+  and exported variables (so they carry over as in a terminal, and survive a worker's
+  death), under ``timeout`` in its own process group. When the command ends, whatever it
+  left running in that group is killed: background jobs do not outlive the command (use
+  ``sandbox.jobs.start`` for that). A command that hits the process limit
+  (a fork bomb) or loses a process to the OOM killer raises :class:`ResourceLimit` (a tool
+  error); the container stays up. stdout and stderr are kept apart.
+* **Persistence**: ``journaled`` is False (files persist in the volume; edit and bash do
+  not replay), ``snapshots`` is True: the core saves :meth:`export_state` to the World at
+  step boundaries (only changed files are copied out of the container, and the World
+  stores each content once) and restores it when the volume was lost with its machine
+  (:func:`durable_harness.harness.workspace.restore_workspace`).
+* **Detached jobs** (``sandbox.jobs``, :mod:`durable_harness.sandbox.docker_jobs`) run a
+  command that survives the worker; a new worker finds it by session and job id and
+  follows it.
+* Docker's own errors never escape: an unreachable daemon, a missing image or a container
+  that vanished mid-turn raise :class:`SandboxUnavailable` (the worker retries the turn);
+  everything the agent caused raises :class:`SandboxError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import posixpath
+import re
+import secrets
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from durable_harness.harness.errors import ResourceLimit, SandboxError, SandboxUnavailable
+from durable_harness.sandbox import docker_exec
+from durable_harness.sandbox import docker_scripts as sh
+from durable_harness.sandbox.base import Sandbox, SandboxState, ShellResult
+from durable_harness.sandbox.docker_image import default_image
+from durable_harness.sandbox.docker_jobs import DetachedJobs
+
+__all__ = ["LABEL_MANAGED", "LABEL_SESSION", "DockerSandbox"]
+
+LABEL_SESSION = "durable-harness.session"
+LABEL_MANAGED = "durable-harness.managed"
+USER = "1000:1000"
+_TIMEOUT_EXIT_CODE = 124  # GNU timeout's, so agents recognise it
+_SIGKILL_EXIT_CODE = 137
+_OUTPUT_IN_ERROR = 4000
+_BACKEND_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
+_ENV = "DURABLE_HARNESS_DOCKER_"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(_ENV + name) or default
+
+
+def _name_part(session_id: str) -> str:
+    """The session id where Docker names allow it, else a digest of it."""
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,80}", session_id):
+        return session_id
+    return "h" + hashlib.sha256(session_id.encode()).hexdigest()[:24]
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost OS-level reason of a connection failure, for a one-line message."""
+    seen: BaseException | None = exc
+    reason = ""
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            reason = seen.strerror
+        for arg in getattr(seen, "args", ()):
+            if isinstance(arg, OSError) and arg.strerror:
+                reason = arg.strerror
+        seen = seen.__cause__ or seen.__context__
+    return reason or type(exc).__name__
+
+
+class DockerSandbox(Sandbox):
+    """The session's container (created lazily, on the first operation).
+
+    ``session_id`` None makes a throwaway container, removed by :meth:`close`. Limits
+    default to ``DURABLE_HARNESS_DOCKER_{MEMORY,CPUS,PIDS,TMP_SIZE}`` (``2g``, ``2``,
+    ``512``, ``256m``) and the image to ``DURABLE_HARNESS_DOCKER_IMAGE`` or
+    :func:`default_image`. The constructor checks that Docker answers and the image
+    exists (:class:`SandboxUnavailable` otherwise) and creates nothing.
+    """
+
+    journaled = False
+    snapshots = True
+
+    def __init__(
+        self,
+        session_id: str | None = None,
+        *,
+        image: str | None = None,
+        memory: str | None = None,
+        cpus: float | None = None,
+        pids: int | None = None,
+        tmp_size: str | None = None,
+        timeout: float = 60.0,
+        max_output: int = 1 << 20,
+        max_snapshot_bytes: int = 1 << 30,
+        docker_host: str | None = None,
+    ) -> None:
+        self.ephemeral = session_id is None
+        self.session_id = session_id or f"tmp-{uuid.uuid4().hex[:16]}"
+        self.image = image or _env("IMAGE", default_image())
+        self.memory = memory or _env("MEMORY", "2g")
+        self.cpus = float(cpus if cpus is not None else _env("CPUS", "2"))
+        self.pids = int(pids if pids is not None else _env("PIDS", "512"))
+        self.tmp_size = tmp_size or _env("TMP_SIZE", "256m")
+        if self.cpus <= 0 or self.pids < 16 or timeout <= 0:
+            raise SandboxError("docker sandbox: cpus and timeout must be positive, pids >= 16")
+        self.timeout = timeout
+        self.max_output = max_output
+        self.max_snapshot_bytes = max_snapshot_bytes
+        part = _name_part(self.session_id)
+        self.container_name = f"durable-harness-{part}"
+        self.volume_names = {"workspace": f"{self.container_name}-workspace"}
+        self.volume_names["home"] = f"{self.container_name}-home"
+        self._container_id: str | None = None
+        self._mark: str | None = None  # the mark as last read or written by this process
+        self.jobs = DetachedJobs(self)  # commands that outlive the worker: docker_jobs.py
+        # path -> (size, mtime, content) as last copied out, so export_state copies only
+        # the files that changed since.
+        self._cache: dict[str, tuple[int, str, bytes]] = {}
+        self.docker_host = (
+            docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        )
+        try:
+            # from_env also reads DOCKER_TLS_VERIFY and DOCKER_CERT_PATH.
+            self.client: Any = (
+                docker.DockerClient(base_url=docker_host, timeout=120)
+                if docker_host
+                else docker.from_env(timeout=120)
+            )
+            self.client.ping()
+        except _BACKEND_ERRORS as exc:
+            raise SandboxUnavailable(
+                f"Docker is not reachable at {self.docker_host} ({_reason(exc)}): start the "
+                "Docker daemon or point DOCKER_HOST at it (`durable-harness doctor` checks)"
+            ) from exc
+        try:
+            self.client.images.get(self.image)
+        except docker.errors.ImageNotFound:
+            raise SandboxUnavailable(
+                f"the agent image {self.image} is not built on this Docker host: run "
+                "`durable-harness sandbox build` (see docs/docker.md)"
+            ) from None
+        except _BACKEND_ERRORS as exc:
+            raise SandboxUnavailable(f"Docker failed looking up {self.image}: {exc}") from exc
+
+    # -- the container -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _mapped(self, doing: str) -> Iterator[None]:
+        """Docker errors raised while ``doing`` become :class:`SandboxUnavailable`."""
+        try:
+            yield
+        except docker.errors.NotFound as exc:
+            self._container_id = None
+            raise SandboxUnavailable(
+                f"the container of session {self.session_id} vanished while {doing}; "
+                "the turn is retried, on a new container restored from its snapshot"
+            ) from exc
+        except _BACKEND_ERRORS as exc:
+            raise SandboxUnavailable(f"Docker failed while {doing}: {exc}") from exc
+
+    def container_id(self) -> str:
+        """The session's running container: found by label, started, or created."""
+        if self._container_id is not None:
+            return self._container_id
+        with self._mapped("finding the session's container"):
+            found = self.client.containers.list(
+                all=True, filters={"label": f"{LABEL_SESSION}={self.session_id}"}
+            )
+            if found:
+                container = found[0]
+                new_workspace = False
+            else:
+                new_workspace = self._ensure_volumes()
+                container = self._create()
+            if container.status != "running":
+                container.start()
+        self._container_id = str(container.id)
+        if new_workspace:
+            # A kept home volume may carry the mark of a workspace that is gone.
+            self.set_snapshot_mark(None)
+        return self._container_id
+
+    def _labels(self) -> dict[str, str]:
+        return {LABEL_SESSION: self.session_id, LABEL_MANAGED: "1"}
+
+    def _ensure_volumes(self) -> bool:
+        """Create the session's volumes that are missing; True if the workspace was."""
+        created = False
+        for role, name in self.volume_names.items():
+            try:
+                self.client.volumes.get(name)
+            except docker.errors.NotFound:
+                self.client.volumes.create(name, labels={**self._labels(), "role": role})
+                created = created or role == "workspace"
+        return created
+
+    def _create(self) -> Any:
+        try:
+            return self.client.containers.create(
+                self.image,
+                command=["sleep", "infinity"],
+                name=self.container_name,
+                labels=self._labels(),
+                hostname="sandbox",
+                user=USER,
+                working_dir=sh.WORKSPACE,
+                environment={"HOME": sh.HOME},
+                network_mode="none",
+                read_only=True,
+                # exec: Docker's default noexec would only break builds run in /tmp,
+                # the workspace is executable anyway.
+                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={self.tmp_size},mode=1777"},
+                shm_size="64m",
+                volumes={
+                    self.volume_names["workspace"]: {"bind": sh.WORKSPACE, "mode": "rw"},
+                    self.volume_names["home"]: {"bind": sh.HOME, "mode": "rw"},
+                },
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=self.memory,
+                memswap_limit=self.memory,
+                pids_limit=self.pids,
+                nano_cpus=int(self.cpus * 1e9),
+                init=True,
+            )
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+        # 409: another worker is creating it; the name is taken a moment before the
+        # container can be looked up.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return self.client.containers.get(self.container_name)
+            except docker.errors.NotFound:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def exec(
+        self,
+        script: str,
+        *args: str,
+        stdin: bytes | None = None,
+        timeout: float = 120.0,
+        max_output: int | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> docker_exec.ExecResult:
+        """Run ``bash -c script dh args…`` in the container as the agent user, with
+        the workspace as cwd. A stopped container is started and the call retried once."""
+        command = ["bash", "-c", script, "dh", *args]
+        for attempt in (1, 2):
+            cid = self.container_id()
+            with self._mapped("running a command"):
+                try:
+                    return docker_exec.run(
+                        self.client.api,
+                        cid,
+                        command,
+                        stdin=stdin,
+                        user=USER,
+                        environment=environment,
+                        workdir=sh.WORKSPACE,
+                        timeout=timeout,
+                        max_output=max_output or self.max_output,
+                    )
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409 or attempt == 2:  # 409: not running
+                        raise
+                    self.client.containers.get(cid).start()
+        raise AssertionError("unreachable")
+
+    def remove(self) -> None:
+        """Remove the session's container and volumes (its workspace is gone for good,
+        except for the snapshots in the World)."""
+        with self._mapped("removing the session's container"):
+            for c in self.client.containers.list(
+                all=True, filters={"label": f"{LABEL_SESSION}={self.session_id}"}
+            ):
+                c.remove(force=True)
+            for name in self.volume_names.values():
+                with contextlib.suppress(docker.errors.NotFound):
+                    self.client.volumes.get(name).remove(force=True)
+        self._container_id = None
+        self._cache.clear()
+        self._mark = None
+
+    def close(self) -> None:
+        """Free the client; the container stays for the session's next turn (a throwaway
+        sandbox's container is removed)."""
+        try:
+            if self.ephemeral and self._container_id is not None:
+                with contextlib.suppress(SandboxUnavailable):
+                    self.remove()
+        finally:
+            self.client.close()
+
+    # -- files -----------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        if not path or "\x00" in path:
+            raise SandboxError(f"invalid path {path!r}")
+        joined = path if path.startswith("/") else f"{sh.WORKSPACE}/{path}"
+        full = "/" + posixpath.normpath(joined).lstrip("/")
+        if full != sh.WORKSPACE and not full.startswith(sh.WORKSPACE + "/"):
+            raise SandboxError(
+                f"path {path!r} is outside the workspace {sh.WORKSPACE}; use a path relative to it"
+            )
+        return full
+
+    def _file_error(self, op: str, path: str, result: docker_exec.ExecResult) -> SandboxError:
+        code = result.exit_code
+        if code == sh.NOT_FOUND:
+            return SandboxError(f"{op}: no such file: {path}")
+        if code == sh.OUTSIDE:
+            return SandboxError(f"{op}: {path} leads outside the workspace {sh.WORKSPACE}")
+        if code == sh.NOT_A_FILE:
+            return SandboxError(f"{op}: {path} is a directory or not a regular file")
+        detail = _text(result.stderr).strip() or f"exit code {code}"
+        return SandboxError(f"{op}: {path}: {detail}")
+
+    def read(self, path: str) -> str:
+        """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
+        full = self._path(path)
+        result = self.exec(sh.READ, full, max_output=1 << 30)
+        if result.exit_code != 0:
+            raise self._file_error("read", path, result)
+        return _text(result.stdout)
+
+    def write(self, path: str, content: str) -> None:
+        """Create or replace the file (and its parent directories) with ``content``."""
+        full = self._path(path)
+        result = self.exec(sh.WRITE, full, stdin=content.encode("utf-8"))
+        if result.exit_code != 0:
+            raise self._file_error("write", path, result)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """The bytes of a container file under ``/workspace``, ``/home/agent`` or ``/tmp``
+        (for a CLI's session record), or None if there is none."""
+        result = self.exec(sh.READ_ANY, path, max_output=1 << 31)
+        if result.exit_code == sh.NOT_FOUND:
+            return None
+        if result.exit_code != 0:
+            raise self._file_error("read", path, result)
+        return result.stdout
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Create or replace a container file under ``/workspace``, ``/home/agent`` or
+        ``/tmp`` (restoring a CLI's session record), as the agent user."""
+        result = self.exec(sh.WRITE_ANY, path, stdin=data)
+        if result.exit_code != 0:
+            raise self._file_error("write", path, result)
+
+    # -- shell -----------------------------------------------------------------------
+
+    def bash(self, command: str, timeout: float | None = None) -> ShellResult:
+        """Run ``command`` (see the module docstring); stdin is ``/dev/null``."""
+        limit = self.timeout if timeout is None else timeout
+        if limit <= 0:
+            raise SandboxError(f"timeout must be positive, got {limit}")
+        token = f"__DH_{secrets.token_hex(8)}"
+        started = time.monotonic()
+        result = self.exec(
+            sh.BASH_COMMAND,
+            f"{limit:g}",
+            token,
+            stdin=command.encode(),
+            timeout=limit + 15,
+            environment={"__DH_OUTER": sh.BASH, "__DH_INNER": sh.INNER},
+        )
+        elapsed = time.monotonic() - started
+        stdout = _text(result.stdout)
+        stderr, pid_hits, oom_kills = _split_report(_text(result.stderr), token)
+        note = f"bash: timed out after {limit:g}s; the command was stopped\n"
+        if result.timed_out:  # the container did not answer in time
+            return ShellResult(_TIMEOUT_EXIT_CODE, stdout, stderr + note, timed_out=True)
+        code = -1 if result.exit_code is None else result.exit_code
+        if pid_hits or oom_kills:
+            if oom_kills:
+                what = f"ran out of memory (limit {self.memory}): a process was killed"
+            else:
+                what = f"hit the process limit ({self.pids}): it could not start more"
+            output = (stdout + stderr)[-_OUTPUT_IN_ERROR:]
+            raise ResourceLimit(
+                f"bash: the command {what}; it was stopped with everything it started. "
+                f"exit code {code}, last output:\n{output}"
+            )
+        if code == _TIMEOUT_EXIT_CODE or (code == _SIGKILL_EXIT_CODE and elapsed >= limit):
+            return ShellResult(_TIMEOUT_EXIT_CODE, stdout, stderr + note, timed_out=True)
+        return ShellResult(code, stdout, stderr)
+
+    # -- snapshots -------------------------------------------------------------------
+
+    def _listing(self) -> tuple[str, dict[str, tuple[int, str]]]:
+        """The bash tool's cwd and every regular file's (size, mtime)."""
+        result = self.exec(sh.LIST, max_output=1 << 30)
+        if result.exit_code != 0:
+            raise SandboxError(f"listing the workspace failed: {_text(result.stderr)[-500:]}")
+        cwd, *records = result.stdout.split(b"\0")
+        listing: dict[str, tuple[int, str]] = {}
+        for record in records:
+            if record:
+                size, mtime, rel = record.split(b" ", 2)
+                listing[rel.decode("utf-8", "surrogateescape")] = (int(size), mtime.decode())
+        return _text(cwd).strip() or sh.WORKSPACE, listing
+
+    def export_state(self) -> SandboxState:
+        """Every regular file under ``/workspace`` (sorted) and the bash tool's cwd.
+
+        Only files whose size or mtime changed since the last export are copied out of
+        the container. Symlinks and empty folders are not carried. SandboxError if the
+        workspace holds more than ``max_snapshot_bytes``.
+        """
+        cwd, listing = self._listing()
+        total = sum(size for size, _ in listing.values())
+        if total > self.max_snapshot_bytes:
+            raise SandboxError(
+                f"the workspace holds {total:,} bytes, more than a snapshot may "
+                f"({self.max_snapshot_bytes:,}); remove build outputs or raise max_snapshot_bytes"
+            )
+        changed = [p for p, stat in listing.items() if self._cache.get(p, (0, "", b""))[:2] != stat]
+        if changed:
+            names = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in changed)
+            size = sum(listing[p][0] for p in changed)
+            result = self.exec(
+                sh.EXPORT, stdin=names, max_output=2 * size + 1024 * (len(changed) + 4) + (1 << 20)
+            )
+            with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as archive:
+                for member in archive:
+                    handle = archive.extractfile(member) if member.isfile() else None
+                    if handle is not None and member.name in listing:
+                        self._cache[member.name] = (*listing[member.name], handle.read())
+        self._cache = {p: v for p, v in self._cache.items() if p in listing}
+        files = {p: self._cache[p][2] for p in sorted(self._cache)}
+        return SandboxState(files=files, cwd=cwd)
+
+    def import_state(self, state: SandboxState) -> None:
+        """Replace the workspace's files with ``state`` and set the bash tool's cwd."""
+        buffer = io.BytesIO()
+        now = time.time()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for rel, data in sorted(state.files.items()):
+                if rel.startswith("/") or posixpath.normpath(rel) != rel or rel.startswith(".."):
+                    raise SandboxError(f"invalid path in workspace state: {rel!r}")
+                info = tarfile.TarInfo(rel)
+                info.size, info.mtime, info.uid, info.gid = len(data), now, 1000, 1000
+                info.mode = 0o755 if data.startswith(b"#!") else 0o644
+                archive.addfile(info, io.BytesIO(data))
+        cwd = state.cwd if state.cwd.startswith(sh.WORKSPACE) else sh.WORKSPACE
+        result = self.exec(sh.IMPORT, posixpath.normpath(cwd), stdin=buffer.getvalue())
+        if result.exit_code != 0:
+            raise SandboxError(f"restoring the workspace failed: {_text(result.stderr)[-500:]}")
+        _cwd, listing = self._listing()
+        self._cache = {
+            p: (*listing[p], data)
+            for p, data in state.files.items()
+            if p in listing and listing[p][0] == len(data)
+        }
+
+    def snapshot_mark(self) -> str | None:
+        self._mark = _text(self.exec(sh.GET_MARK).stdout).strip() or None
+        return self._mark
+
+    def set_snapshot_mark(self, digest: str | None) -> None:
+        if digest is not None and digest == self._mark:
+            return  # unchanged workspace: the same snapshot again (one worker per turn)
+        result = self.exec(sh.SET_MARK, digest or "")
+        if result.exit_code != 0:
+            raise SandboxError(f"recording the snapshot mark failed: {_text(result.stderr)}")
+        self._mark = digest
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _split_report(stderr: str, token: str) -> tuple[str, int, int]:
+    """stderr without the wrapper's last line, and that line's counters (pid limit hits,
+    OOM kills). A missing line (the wrapper itself was killed) counts as neither."""
+    head, sep, tail = stderr.rpartition(f"\n{token} ")
+    if not sep:
+        return stderr, 0, 0
+    fields = tail.split()
+    try:
+        return head, int(fields[0]), int(fields[1])
+    except (IndexError, ValueError):
+        return head, 0, 0

@@ -1,0 +1,410 @@
+"""Building the agent image, listing and removing sandboxes, and the Docker lines of
+``durable-harness doctor`` (what ``durable-harness sandbox …`` calls).
+
+The image comes from the project's ``Dockerfile`` (see it and docs/docker.md): a base with
+Node.js, a non-root user 1000, ``/workspace``, and the agent CLIs at the versions pinned
+in ``tools/npm/package-lock.json`` (the one place they are pinned).
+
+Two ways to build, one Dockerfile:
+
+* **online** (any Docker with a registry): the base is pulled (``node:20-bookworm-slim``
+  unless ``base`` says otherwise) and ``npm ci`` runs inside the build;
+* **offline** (no registry, as on CI here): the base is made locally, a Debian
+  ``debootstrap --variant=minbase`` root with this host's ``node`` and ``npm`` copied in,
+  imported with ``docker import``; the CLIs are installed on the host with ``npm ci``
+  and copied in with the build context. Both are cached in ``cache_dir`` (keyed by the
+  node version and the lock file), so only the first build pays for them.
+
+The image is tagged ``durable-harness/agent:<package version>`` and labelled with a
+digest of its sources, so ``doctor`` can tell a missing image from an outdated one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from durable_harness import __version__
+from durable_harness.harness.errors import ConfigError, SandboxUnavailable
+
+__all__ = [
+    "BuildResult",
+    "build_image",
+    "context_digest",
+    "default_image",
+    "list_sandboxes",
+    "remove_sandbox",
+    "sandbox_checks",
+]
+
+IMAGE_REPOSITORY = "durable-harness/agent"
+BASE_REPOSITORY = "durable-harness/base"
+CONTEXT_LABEL = "durable-harness.context"
+CONTEXT_FILES = ("Dockerfile", "tools/npm/package.json", "tools/npm/package-lock.json")
+BASE_PACKAGES = "ca-certificates,git,procps"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+Say = Callable[[str], None]
+
+
+def default_image() -> str:
+    return f"{IMAGE_REPOSITORY}:{__version__}"
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "durable-harness" / "docker"
+
+
+def source_root() -> Path:
+    """The checkout that holds the Dockerfile and the pinned CLI versions."""
+    root = Path(__file__).resolve().parents[2]
+    missing = [f for f in CONTEXT_FILES if not (root / f).is_file()]
+    if missing:
+        raise ConfigError(
+            f"building the agent image needs the project's sources ({', '.join(missing)} not "
+            f"found under {root}): run it from a clone of the repository"
+        )
+    return root
+
+
+def context_digest(root: Path | None = None) -> str:
+    """A digest of everything the image is built from (not of the base or the host)."""
+    root = root or source_root()
+    h = hashlib.sha256()
+    for name in CONTEXT_FILES:
+        h.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def connect(docker_host: str | None = None) -> Any:
+    """A docker client that answered a ping; SandboxUnavailable otherwise."""
+    import docker
+    import requests
+
+    where = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = (
+            docker.DockerClient(base_url=docker_host, timeout=600)
+            if docker_host
+            else docker.from_env(timeout=600)
+        )
+        client.ping()
+    except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
+        from durable_harness.sandbox.docker import _reason
+
+        raise SandboxUnavailable(
+            f"Docker is not reachable at {where} ({_reason(exc)}): start the Docker daemon "
+            "or point DOCKER_HOST at it"
+        ) from exc
+    return client
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image: str
+    seconds: float
+    size: int
+    cached: bool
+
+
+def _run(command: list[str], say: Say, **kwargs: Any) -> None:
+    say("$ " + " ".join(command))
+    done = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)
+    if done.returncode != 0:
+        raise ConfigError(
+            f"{command[0]} failed (exit code {done.returncode}): "
+            f"{(done.stderr or done.stdout).strip()[-800:]}"
+        )
+
+
+def _node() -> tuple[Path, str]:
+    node = shutil.which("node")
+    if node is None:
+        raise ConfigError("an offline build copies this host's node: install Node.js (20+)")
+    version = subprocess.run(
+        [node, "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return Path(node).resolve(), version.lstrip("v")
+
+
+def _npm_package() -> Path:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ConfigError("an offline build installs the CLIs with this host's npm: install npm")
+    root = subprocess.run([npm, "root", "-g"], capture_output=True, text=True, check=True)
+    return Path(root.stdout.strip()) / "npm"
+
+
+def local_base(client: Any, cache_dir: Path, say: Say, mirror: str = DEBIAN_MIRROR) -> str:
+    """The offline base image (built and cached on first use); returns its tag."""
+    node, version = _node()
+    key = hashlib.sha256(f"bookworm|{BASE_PACKAGES}|{version}".encode()).hexdigest()[:12]
+    tag = f"{BASE_REPOSITORY}:bookworm-node{version}-{key}"
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    tarball = cache_dir / f"base-{key}.tar"
+    if not tarball.is_file():
+        if os.geteuid() != 0 or shutil.which("debootstrap") is None:
+            raise ConfigError(
+                "the offline base is made with debootstrap, as root: install debootstrap "
+                "(apt-get install debootstrap) and run as root, or build online with --base"
+            )
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache_dir, prefix="rootfs-") as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            _run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={BASE_PACKAGES}",
+                    *("bookworm", str(rootfs), mirror),
+                ],
+                say,
+            )
+            _copy_node(rootfs, node)
+            for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+                for item in (rootfs / leftover).glob("*"):
+                    if item.is_file():
+                        item.unlink()
+            # A private name, so that two builds at once do not write into one file.
+            partial = tarball.with_name(f"{tarball.name}.{os.getpid()}.partial")
+            _run(["tar", "-C", str(rootfs), "-cf", str(partial), "."], say)
+            partial.replace(tarball)
+    say(f"importing {tarball} as {tag}")
+    client.api.import_image_from_file(
+        str(tarball),
+        repository=tag.split(":")[0],
+        tag=tag.split(":")[1],
+        changes=[f"ENV PATH={PATH}", 'CMD ["bash"]'],
+    )
+    return tag
+
+
+def _copy_node(rootfs: Path, node: Path) -> None:
+    """This host's node and npm into the root (same glibc family: Debian 12)."""
+    bin_dir = rootfs / "usr/local/bin"
+    lib_dir = rootfs / "usr/local/lib/node_modules"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(node, bin_dir / "node")
+    shutil.copytree(_npm_package(), lib_dir / "npm", symlinks=True)
+    for tool in ("npm", "npx"):
+        (bin_dir / tool).symlink_to(f"../lib/node_modules/npm/bin/{tool}-cli.js")
+
+
+def prebuilt_clis(root: Path, cache_dir: Path, say: Say) -> Path:
+    """``tools/npm`` with ``node_modules`` installed by this host's npm (cached)."""
+    _node_path, version = _node()
+    h = hashlib.sha256(version.encode())
+    for name in ("package.json", "package-lock.json"):
+        h.update((root / "tools/npm" / name).read_bytes())
+    target = cache_dir / f"agent-clis-{h.hexdigest()[:12]}"
+    if (target / ".complete").is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=cache_dir, prefix="partial-clis-"))
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy2(root / "tools/npm" / name, partial / name)
+    npm = shutil.which("npm") or "npm"
+    _run([npm, "ci", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"], say, cwd=partial)
+    (partial / ".complete").write_text("")
+    if not (target / ".complete").is_file():  # else a build running beside us made it
+        shutil.rmtree(target, ignore_errors=True)
+        try:
+            partial.rename(target)
+            return target
+        except OSError:
+            if not (target / ".complete").is_file():
+                raise
+    shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+def build_image(
+    *,
+    tag: str | None = None,
+    base: str | None = None,
+    offline: bool = False,
+    network: str | None = None,
+    cache_dir: Path | None = None,
+    docker_host: str | None = None,
+    force: bool = False,
+    say: Say = print,
+) -> BuildResult:
+    """Build the agent image (see the module docstring); a build from unchanged sources
+    is skipped unless ``force``. ConfigError if the build fails."""
+    import docker.errors
+
+    started = time.monotonic()
+    tag = tag or default_image()
+    root = source_root()
+    digest = context_digest(root)
+    client = connect(docker_host)
+    cache_dir = cache_dir or default_cache_dir()
+    try:
+        if not force:
+            try:
+                image = client.images.get(tag)
+                if image.labels.get(CONTEXT_LABEL) == digest:
+                    return BuildResult(tag, time.monotonic() - started, image.attrs["Size"], True)
+            except docker.errors.ImageNotFound:
+                pass
+        if offline:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            if base is None:
+                base = local_base(client, cache_dir, say)
+        with tempfile.TemporaryDirectory(dir=cache_dir if offline else None) as tmp:
+            context = Path(tmp)
+            for name in CONTEXT_FILES:
+                (context / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / name, context / name)
+            if offline:
+                clis = prebuilt_clis(root, cache_dir, say)
+                shutil.copytree(
+                    clis / "node_modules",
+                    context / "tools/npm/node_modules",
+                    symlinks=True,
+                    copy_function=_link_or_copy,
+                )
+            _docker_build(client, context, tag, base, network, digest, say)
+        size = int(client.images.get(tag).attrs["Size"])
+    except docker.errors.DockerException as exc:
+        raise ConfigError(f"building {tag} failed: {exc}") from exc
+    finally:
+        client.close()
+    return BuildResult(tag, time.monotonic() - started, size, False)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # the CLIs are ~800 MB: do not copy them into every context
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _docker_build(
+    client: Any,
+    context: Path,
+    tag: str,
+    base: str | None,
+    network: str | None,
+    digest: str,
+    say: Say,
+) -> None:
+    stream = client.api.build(
+        path=str(context),
+        tag=tag,
+        buildargs={"BASE": base} if base else None,
+        labels={CONTEXT_LABEL: digest},
+        network_mode=network,
+        rm=True,
+        forcerm=True,
+        decode=True,
+    )
+    for event in stream:
+        if "error" in event:
+            raise ConfigError(f"building {tag} failed: {str(event['error']).strip()}")
+        line = str(event.get("stream", "")).rstrip()
+        if line:
+            say(line)
+
+
+def list_sandboxes(docker_host: str | None = None) -> list[dict[str, str]]:
+    """The sandbox containers on this Docker host: session, status, creation time."""
+    from durable_harness.sandbox.docker import LABEL_MANAGED, LABEL_SESSION
+
+    client = connect(docker_host)
+    try:
+        found = client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
+        return [
+            {
+                "session": c.labels.get(LABEL_SESSION, "?"),
+                "status": c.status,
+                "created": str(c.attrs.get("Created", ""))[:19],
+                "container": c.name,
+            }
+            for c in found
+        ]
+    finally:
+        client.close()
+
+
+def remove_sandbox(session_id: str, docker_host: str | None = None) -> int:
+    """Remove a session's container and volumes; return how many objects went."""
+    import docker.errors
+
+    from durable_harness.sandbox.docker import LABEL_SESSION
+
+    client = connect(docker_host)
+    removed = 0
+    try:
+        selector = {"label": f"{LABEL_SESSION}={session_id}"}
+        for container in client.containers.list(all=True, filters=selector):
+            container.remove(force=True)
+            removed += 1
+        for volume in client.volumes.list(filters=selector):
+            volume.remove(force=True)
+            removed += 1
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailable(f"removing the sandbox of {session_id} failed: {exc}") from exc
+    finally:
+        client.close()
+    return removed
+
+
+def sandbox_checks(docker_host: str | None = None, image: str | None = None) -> list[Any]:
+    """``doctor`` lines: is Docker reachable, is the agent image built from these sources."""
+    from durable_harness.worlds.base import Check
+
+    image = image or os.environ.get("DURABLE_HARNESS_DOCKER_IMAGE") or default_image()
+    try:
+        import docker
+    except ImportError:
+        return [Check("docker", False, "pip install 'durable-harness[docker]'")]
+    try:
+        client = connect(docker_host)
+    except SandboxUnavailable as exc:
+        return [Check("docker", False, str(exc))]
+    try:
+        version = client.version().get("Version", "?")
+        checks = [Check("docker", True, f"Docker {version} at {client.api.base_url}")]
+        import docker.errors
+
+        try:
+            found = client.images.get(image)
+        except docker.errors.ImageNotFound:
+            checks.append(
+                Check(
+                    "agent image",
+                    False,
+                    f"{image} is not built: run `durable-harness sandbox build`",
+                )
+            )
+            return checks
+        size = int(found.attrs["Size"]) / 1e6
+        try:
+            fresh = found.labels.get(CONTEXT_LABEL) == context_digest()
+        except (ConfigError, OSError):
+            fresh = True  # no sources here to compare with
+        detail = f"{image} ({size:.0f} MB)"
+        if not fresh:
+            detail += "; built from older sources: `durable-harness sandbox build` rebuilds it"
+        checks.append(Check("agent image", True, detail))
+        return checks
+    finally:
+        client.close()

@@ -1,0 +1,199 @@
+"""A Docker Engine for tests, started as docs/services.md says (no pytest in here).
+
+:class:`DockerServer` runs ``dockerd`` with its own data-root, exec-root, pidfile and unix
+socket, ``--bridge=none --iptables=false --ip-forward=false`` (never the default bridge:
+containers get only ``lo``), and stops it by its PID.
+
+The agent image takes minutes to build cold (debootstrap, npm), so it is kept between
+runs on this machine: the data-root lives in :data:`CACHE` (``/var/tmp``, as CI runs on the
+same machine) and holds the image built from the current sources (rebuilt when the
+Dockerfile or the pinned CLIs change; the debootstrap root and the CLIs' node_modules are
+cached there too). Two runs at once cannot share a data-root: a run that finds it locked
+uses a temporary one and builds from those caches (~10 s). Containers and volumes left by
+a killed run are removed at start.
+
+Used by ``tests/conftest.py`` (the session fixture ``docker_host``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+CACHE = Path(os.environ.get("DURABLE_HARNESS_TEST_CACHE", "/var/tmp/durable-harness-tests"))
+LABEL_MANAGED = "durable-harness.managed"
+
+
+def unavailable() -> str | None:
+    """Why a Docker Engine cannot be started here, or None."""
+    if shutil.which("dockerd") is None:
+        return "dockerd not found: run scripts/setup as root (installs docker.io)"
+    if os.geteuid() != 0:
+        return "dockerd needs root"
+    return None
+
+
+class DockerServer:
+    """One dockerd; see the module docstring."""
+
+    def __init__(self) -> None:
+        # Short paths: containerd's sockets live under the exec-root (108-byte limit).
+        self.tmp = Path(tempfile.mkdtemp(prefix="dh-dockerd-", dir="/tmp"))
+        self.socket = self.tmp / "docker.sock"
+        self.url = f"unix://{self.socket}"
+        self.pidfile = self.tmp / "dockerd.pid"
+        self.log = self.tmp / "dockerd.log"
+        self.data_root, self._lock = self._data_root()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _data_root(self) -> tuple[Path, IO[str] | None]:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        lock = (CACHE / "docker-root.lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            return Path(tempfile.mkdtemp(prefix="dh-docker-root-", dir=CACHE)), None
+        return CACHE / "docker-root", lock
+
+    def start(self) -> DockerServer:
+        command = [
+            "dockerd",
+            "--data-root",
+            str(self.data_root),
+            "--exec-root",
+            str(self.tmp / "exec"),
+            "--pidfile",
+            str(self.pidfile),
+            "-H",
+            self.url,
+            "--storage-driver",
+            "overlay2",
+            "--bridge=none",
+            "--iptables=false",
+            "--ip-forward=false",
+            "--exec-opt",
+            "native.cgroupdriver=cgroupfs",
+        ]
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+        deadline = time.monotonic() + 60
+        while not self._answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                tail = self.log.read_text(errors="replace")[-2000:]
+                self.stop()
+                raise RuntimeError(f"dockerd did not start: {tail}")
+            time.sleep(0.1)
+        self.clean()
+        return self
+
+    def _answers(self) -> bool:
+        import docker
+
+        if not self.socket.exists():
+            return False
+        try:
+            client = docker.DockerClient(base_url=self.url, timeout=5)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        except Exception:
+            return False
+
+    def client(self) -> Any:
+        import docker
+
+        return docker.DockerClient(base_url=self.url, timeout=300)
+
+    def clean(self) -> None:
+        """Remove every sandbox container and volume (left by a killed run, or this one's)."""
+        client = self.client()
+        try:
+            label = {"label": f"{LABEL_MANAGED}=1"}
+            for container in client.containers.list(all=True, filters=label):
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+            for volume in client.volumes.list(filters=label):
+                with contextlib.suppress(Exception):
+                    volume.remove(force=True)
+        finally:
+            client.close()
+
+    def ensure_image(self) -> Any:
+        """The agent image built from the current sources (a no-op when it already is)."""
+        from durable_harness.sandbox.docker_image import build_image
+
+        result = build_image(
+            offline=True, cache_dir=CACHE / "build", docker_host=self.url, say=lambda _line: None
+        )
+        if not result.cached:  # the image it replaced, if any, is dangling now
+            client = self.client()
+            try:
+                client.images.prune(filters={"dangling": True})
+            finally:
+                client.close()
+        return result
+
+    def stop(self) -> None:
+        """Stop dockerd by its PID (it stops its containers and containerd first)."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(Exception):
+                self.clean()
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.process = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+        elif self.data_root.parent == CACHE and self.data_root.name.startswith("dh-docker-root-"):
+            shutil.rmtree(self.data_root, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> DockerServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+_shared: DockerServer | None = None
+
+
+def shared_server() -> DockerServer:
+    """The test run's one dockerd with the agent image, started on first use."""
+    global _shared
+    if _shared is None:
+        import atexit
+
+        server = DockerServer().start()
+        atexit.register(server.stop)
+        try:
+            server.ensure_image()
+        except BaseException:
+            server.stop()
+            raise
+        _shared = server
+    return _shared
+
+
+def stop_shared() -> None:
+    global _shared
+    if _shared is not None:
+        _shared.stop()
+        _shared = None

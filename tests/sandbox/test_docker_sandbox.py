@@ -1,0 +1,258 @@
+"""The Docker sandbox against a real Docker Engine: files, bash, re-attach, snapshots."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_harness.harness.errors import ResourceLimit, SandboxError, SandboxUnavailable
+from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
+from durable_harness.sandbox import open_sandbox
+from durable_harness.sandbox.base import SandboxState
+from durable_harness.sandbox.docker import LABEL_MANAGED, LABEL_SESSION, DockerSandbox
+from durable_harness.worlds import open_world
+
+LIMITS: dict[str, Any] = {"memory": "256m", "pids": 128, "cpus": 1.0, "timeout": 30.0}
+
+
+@pytest.fixture
+def session(docker_host: str) -> Iterator[str]:
+    """A fresh session id; its container and volumes are removed afterwards."""
+    session_id = f"test-{uuid.uuid4().hex[:12]}"
+    yield session_id
+    with DockerSandbox(session_id, **LIMITS) as box:
+        box.remove()
+
+
+@pytest.fixture
+def box(session: str) -> Iterator[DockerSandbox]:
+    with DockerSandbox(session, **LIMITS) as sandbox:
+        yield sandbox
+
+
+def test_files_round_trip_and_stay_in_the_workspace(box: DockerSandbox) -> None:
+    box.write("src/app.py", "print('héllo')\n")
+    assert box.read("src/app.py") == "print('héllo')\n"
+    assert box.read("/workspace/src/app.py") == "print('héllo')\n"
+    box.edit("src/app.py", "héllo", "world")
+    assert box.read("src/app.py") == "print('world')\n"
+    assert box.bash("stat -c '%u %a' src/app.py").stdout == "1000 644\n"
+    with pytest.raises(SandboxError, match="no such file"):
+        box.read("missing.txt")
+    with pytest.raises(SandboxError, match="directory"):
+        box.read("src")
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        box.read("../etc/passwd")
+    box.bash("ln -s /etc/passwd leak")
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        box.read("leak")
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        box.write("leak", "x")
+
+
+def test_session_records_outside_the_workspace(box: DockerSandbox) -> None:
+    record = "/home/agent/.claude/projects/-workspace/abc.jsonl"
+    assert box.read_bytes(record) is None
+    box.write_bytes(record, b'{"type":"user"}\n')
+    assert box.read_bytes(record) == b'{"type":"user"}\n'
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        box.write_bytes("/etc/x", b"")
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        box.read_bytes("/home/agent/../../etc/passwd")
+
+
+def test_large_files_and_large_output(box: DockerSandbox) -> None:
+    big = "".join(f"line {i}\n" for i in range(300_000))  # ~3.4 MB
+    box.write("big.txt", big)
+    assert box.read("big.txt") == big
+    box.bash("ln -s /etc/passwd out")
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        box.write("out", big)  # refused before reading its input
+    result = box.bash("yes 0123456789 | head -c 5000000")
+    assert result.exit_code == 0 and "bytes of output left out" in result.stdout
+    assert result.stdout.startswith("0123456789\n") and len(result.stdout) < 1_100_000
+
+
+def test_bash_keeps_cwd_and_exports_and_separates_streams(box: DockerSandbox) -> None:
+    first = box.bash("mkdir -p a/b && cd a/b && export GREETING=hi; echo out; echo err >&2; exit 3")
+    assert (first.exit_code, first.stdout, first.stderr) == (3, "out\n", "err\n")
+    second = box.bash('pwd; echo "$GREETING"; cat')  # cat: stdin is /dev/null, no hang
+    assert second.exit_code == 0
+    assert second.stdout == "/workspace/a/b\nhi\n"
+
+
+def test_timeout_stops_the_command_and_its_children(box: DockerSandbox) -> None:
+    result = box.bash("sleep 60 & sleep 60", timeout=1)
+    assert result.timed_out and result.exit_code == 124
+    assert "timed out after 1s" in result.stderr
+    assert "sleep 60" not in box.bash("ps -eo args").stdout
+
+
+def test_background_jobs_end_with_their_command(box: DockerSandbox) -> None:
+    assert box.bash("sleep 60 & echo started").stdout == "started\n"
+    assert "sleep 60" not in box.bash("ps -eo args").stdout
+
+
+def test_a_fork_bomb_is_a_tool_error_and_the_container_survives(box: DockerSandbox) -> None:
+    before = box.container_id()
+    with pytest.raises(ResourceLimit, match="process limit"):
+        box.bash(":(){ :|:& };:", timeout=20)
+    assert box.bash("echo alive").stdout == "alive\n"
+    assert box.container_id() == before
+
+
+def test_a_memory_hog_is_a_tool_error_and_the_container_survives(box: DockerSandbox) -> None:
+    before = box.container_id()
+    with pytest.raises(ResourceLimit, match="out of memory"):
+        box.bash("head -c 1G /dev/zero | tail", timeout=20)
+    assert box.bash("echo alive").stdout == "alive\n"
+    assert box.container_id() == before
+
+
+def test_a_new_worker_reattaches_by_label(session: str, docker_host: str) -> None:
+    with DockerSandbox(session, **LIMITS) as first:
+        first.write("notes.md", "kept\n")
+        first.bash("cd /tmp && export MODE=x")
+        container = first.container_id()
+    with DockerSandbox(session, **LIMITS) as second:
+        assert second.container_id() == container
+        assert second.read("notes.md") == "kept\n"
+        assert second.bash('pwd; echo "$MODE"').stdout == "/tmp\nx\n"
+        attrs = second.client.containers.get(container).attrs
+    assert attrs["Config"]["Labels"][LABEL_SESSION] == session
+    assert attrs["Config"]["Labels"][LABEL_MANAGED] == "1"
+
+
+def test_a_stopped_container_is_started_again(box: DockerSandbox) -> None:
+    box.write("f.txt", "x")
+    box.client.containers.get(box.container_id()).stop(timeout=1)
+    assert box.read("f.txt") == "x"
+
+
+def test_workers_racing_to_create_share_one_container(session: str) -> None:
+    ids: list[str] = []
+
+    def attach() -> None:
+        with DockerSandbox(session, **LIMITS) as box:
+            ids.append(box.container_id())
+
+    threads = [threading.Thread(target=attach) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ids) == 4 and len(set(ids)) == 1
+
+
+def test_the_container_is_hardened(box: DockerSandbox) -> None:
+    host = box.client.containers.get(box.container_id()).attrs["HostConfig"]
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["ReadonlyRootfs"] is True and host["Privileged"] is False
+    assert host["NetworkMode"] == "none"
+    assert host["Memory"] == 256 * 1024 * 1024 == host["MemorySwap"]
+    assert host["PidsLimit"] == 128 and host["NanoCpus"] == 10**9
+    assert host["Init"] is True
+    status = box.bash("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status").stdout.split()
+    assert status == ["1000", "CapEff:", "0000000000000000", "NoNewPrivs:", "1"]
+
+
+def test_a_vanished_container_is_a_retry_not_a_tool_error(box: DockerSandbox) -> None:
+    box.write("f.txt", "x")
+    box.client.containers.get(box.container_id()).remove(force=True)
+    with pytest.raises(SandboxUnavailable, match="vanished"):
+        box.read("f.txt")
+
+
+def test_open_sandbox_docker_and_unknown_options(session: str) -> None:
+    with open_sandbox("docker", session_id=session, **LIMITS) as box:
+        assert isinstance(box, DockerSandbox)
+        assert box.snapshots and not box.journaled
+    with pytest.raises(Exception, match="does not take max_files"):
+        open_sandbox("docker", max_files=3)
+
+
+def test_a_throwaway_sandbox_is_removed_on_close(docker_host: str) -> None:
+    with DockerSandbox(**LIMITS) as box:
+        box.write("x", "y")
+        name = box.container_name
+        client = box.client
+        assert client.containers.get(name)
+    with DockerSandbox(**LIMITS) as other:
+        assert not other.client.containers.list(all=True, filters={"name": name})
+
+
+# -- snapshots -------------------------------------------------------------------------
+
+
+def test_export_and_import_round_trip(box: DockerSandbox) -> None:
+    box.write("a.txt", "one\n")
+    box.write("dir/b.sh", "#!/bin/sh\necho b\n")
+    box.bash("cd dir && printf '\\xff\\x00' > bin.dat")
+    state = box.export_state()
+    assert state.cwd == "/workspace/dir"
+    assert state.files == {
+        "a.txt": b"one\n",
+        "dir/b.sh": b"#!/bin/sh\necho b\n",
+        "dir/bin.dat": b"\xff\x00",
+    }
+    box.import_state(
+        SandboxState(files={"only.txt": b"new\n", "x/run.sh": b"#!/bin/sh\n"}, cwd="/workspace/x")
+    )
+    assert box.bash("find . -type f | sort; pwd; test -x run.sh && echo exec").stdout == (
+        "./run.sh\n/workspace/x\nexec\n"
+    )
+    assert box.export_state().files == {"only.txt": b"new\n", "x/run.sh": b"#!/bin/sh\n"}
+
+
+def test_only_changed_files_are_copied_out(
+    box: DockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(20):
+        box.write(f"f{i}.txt", f"{i}\n")
+    box.export_state()
+    box.bash("echo changed > f3.txt; echo new > g.txt; rm f5.txt")
+    asked: list[bytes] = []
+    real_exec = box.exec
+
+    def spy(script: str, *args: str, **kwargs: Any) -> Any:
+        if "tar" in script and kwargs.get("stdin") is not None:
+            asked.append(kwargs["stdin"])
+        return real_exec(script, *args, **kwargs)
+
+    monkeypatch.setattr(box, "exec", spy)
+    state = box.export_state()
+    assert sorted(asked[0].split(b"\0")[:-1]) == [b"f3.txt", b"g.txt"]
+    assert state.files["f3.txt"] == b"changed\n" and "f5.txt" not in state.files
+    assert len(state.files) == 20
+
+
+def test_restore_only_when_the_workspace_lacks_the_snapshot(session: str, tmp_path: Path) -> None:
+    with open_world("local", data_dir=tmp_path / "world") as world:
+        store = SnapshotStore(world)
+        with DockerSandbox(session, **LIMITS) as box:
+            box.write("keep.txt", "v1\n")
+            digest = save_workspace(box, store)
+            assert digest is not None and box.snapshot_mark() == digest
+            # Effects after the snapshot (an interrupted step) stay in a live workspace.
+            box.write("later.txt", "after\n")
+            assert restore_workspace(box, store, digest) is False
+            assert box.read("later.txt") == "after\n"
+            # The machine is lost: container and volumes gone.
+            box.remove()
+        with DockerSandbox(session, **LIMITS) as fresh:
+            assert fresh.snapshot_mark() is None
+            assert restore_workspace(fresh, store, digest) is True
+            assert fresh.read("keep.txt") == "v1\n"
+            with pytest.raises(SandboxError):
+                fresh.read("later.txt")
+            # The session went on elsewhere: this workspace's mark is stale.
+            fresh.set_snapshot_mark("0" * 64)
+            fresh.write("keep.txt", "stale\n")
+            assert restore_workspace(fresh, store, digest) is True
+            assert fresh.read("keep.txt") == "v1\n"

@@ -1,0 +1,426 @@
+"""What only the PostgreSQL World promises: migrations, connection errors, wake-ups,
+reconnection after a server restart, retries after a lost commit, and fencing under
+concurrency. The World contract itself is tests/worlds/test_contract.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from postgres_server import PASSWORD, PostgresServer, free_port
+
+from durable_harness.harness.errors import (
+    ConfigError,
+    CorruptJournal,
+    LeaseLost,
+    NotFound,
+    StepConflict,
+    WorldError,
+)
+from durable_harness.worlds import open_world, postgres
+from durable_harness.worlds.base import Lease, Step, StepStatus, TurnStatus
+from durable_harness.worlds.postgres import PostgresWorld
+from durable_harness.worlds.postgres_schema import MIGRATIONS
+
+
+@pytest.fixture
+def url(postgres: PostgresServer) -> Iterator[str]:
+    with postgres.database() as url:
+        yield url
+
+
+@pytest.fixture
+def world(url: str) -> Iterator[PostgresWorld]:
+    with PostgresWorld(url) as world:
+        yield world
+
+
+def raw(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+def claimed(world: PostgresWorld, turn_id: str = "t1") -> Lease:
+    world.create_session("s1")
+    world.create_turn("s1", turn_id, "hi", {})
+    lease = world.claim_turn(turn_id, "w1", 30)
+    assert lease is not None
+    return lease
+
+
+def step(lease: Lease, seq: int = 0) -> Step:
+    return Step(
+        turn_id=lease.turn_id,
+        seq=seq,
+        key=f"k{seq}",
+        kind="tool",
+        name="n",
+        input_hash="h",
+        epoch=lease.epoch,
+    )
+
+
+# -- opening: URL, migrations, errors ---------------------------------------------------
+def test_open_world_by_name_and_by_url(url: str) -> None:
+    with open_world("postgres", url=url, max_attempts=3) as world:
+        assert isinstance(world, PostgresWorld) and world.max_attempts == 3
+    with open_world(url) as world:
+        assert isinstance(world, PostgresWorld)
+    with pytest.raises(ConfigError, match="DURABLE_HARNESS_POSTGRES_URL"):
+        open_world("postgres")
+    with pytest.raises(ConfigError, match="unknown option"):
+        open_world("postgres", url=url, data_dir="/tmp")
+
+
+def test_migrations_are_recorded_and_applied_once(url: str) -> None:
+    PostgresWorld(url).close()
+    PostgresWorld(url).close()
+    with raw(url) as conn:
+        rows = conn.execute("SELECT version, name FROM durable_harness.schema_version").fetchall()
+    assert rows == [(n, name) for n, (name, _) in enumerate(MIGRATIONS, start=1)]
+
+
+def test_workers_starting_at_once_migrate_once(url: str) -> None:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def start() -> None:
+        try:
+            barrier.wait()
+            PostgresWorld(url).close()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with raw(url) as conn:
+        count = conn.execute("SELECT count(*) FROM durable_harness.schema_version").fetchone()
+    assert count == (len(MIGRATIONS),)
+
+
+def test_a_newer_schema_is_refused(url: str) -> None:
+    PostgresWorld(url).close()
+    with raw(url) as conn:
+        conn.execute(
+            "INSERT INTO durable_harness.schema_version VALUES (999, 'from the future', 0)"
+        )
+    with pytest.raises(WorldError, match=r"schema version 999.*upgrade durable-harness"):
+        PostgresWorld(url)
+
+
+@pytest.mark.parametrize(
+    ("make_url", "error", "message"),
+    [
+        pytest.param(
+            lambda pg: f"postgresql://postgres:{PASSWORD}@127.0.0.1:{free_port()}/x",
+            WorldError,
+            r"cannot reach PostgreSQL at 127\.0\.0\.1:\d+: Connection refused.*check "
+            "DURABLE_HARNESS_POSTGRES_URL",
+            id="unreachable",
+        ),
+        pytest.param(
+            lambda pg: pg.url(password="wrong-password"),
+            ConfigError,
+            "refused user postgres: password authentication failed",
+            id="wrong-password",
+        ),
+        pytest.param(
+            lambda pg: pg.url("no_such_db"),
+            ConfigError,
+            "database no_such_db does not exist.*createdb no_such_db",
+            id="missing-database",
+        ),
+        pytest.param(
+            lambda pg: pg.url().replace("postgres:", "nobody:", 1),
+            ConfigError,
+            "refused user nobody",
+            id="unknown-user",
+        ),
+        pytest.param(
+            lambda pg: "postgresql://postgres:wrong-password@127.0.0.1:5432/x?bogus=1",
+            ConfigError,
+            "not a valid PostgreSQL URL",
+            id="bad-url",
+        ),
+    ],
+)
+def test_connection_errors_say_what_to_do(
+    postgres: PostgresServer, make_url: Callable[[PostgresServer], str], error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message) as caught:
+        PostgresWorld(make_url(postgres))
+    assert "wrong-password" not in str(caught.value) and PASSWORD not in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_user_who_may_not_create_the_schema_is_told_how_to_fix_it(
+    postgres: PostgresServer, url: str
+) -> None:
+    dbname = url.rsplit("/", 1)[1]
+    postgres.admin("DROP ROLE IF EXISTS dh_reader")
+    postgres.admin(f"CREATE ROLE dh_reader LOGIN PASSWORD '{PASSWORD}'")
+    try:
+        postgres.admin(f'REVOKE CREATE ON DATABASE "{dbname}" FROM PUBLIC')
+        reader = url.replace("postgres:", "dh_reader:", 1)
+        with pytest.raises(ConfigError, match=f"GRANT CREATE ON DATABASE {dbname} TO dh_reader"):
+            PostgresWorld(reader)
+        # Once the owner created it, the user may open it; doctor names what is missing.
+        PostgresWorld(url).close()
+        postgres.admin("GRANT USAGE ON SCHEMA durable_harness TO dh_reader", dbname=dbname)
+        postgres.admin(
+            "GRANT SELECT ON ALL TABLES IN SCHEMA durable_harness TO dh_reader", dbname=dbname
+        )
+        with PostgresWorld(reader) as world:
+            checks = {c.name: c for c in world.doctor()}
+        assert checks["schema"].ok and not checks["permissions"].ok
+        assert "GRANT SELECT, INSERT, UPDATE, DELETE" in checks["permissions"].detail
+    finally:
+        postgres.admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        postgres.admin("DROP ROLE IF EXISTS dh_reader")
+
+
+def test_doctor_on_a_healthy_world(world: PostgresWorld) -> None:
+    checks = world.doctor()
+    assert all(c.ok for c in checks), checks
+    names = [c.name for c in checks]
+    assert names[:6] == ["server", "schema", "permissions", "queue", "notify", "blobs"]
+
+
+# -- rows the World cannot decode ---------------------------------------------------------
+def test_bad_rows_are_corrupt_journal(world: PostgresWorld, url: str) -> None:
+    lease = claimed(world)
+    world.insert_intent(step(lease))
+    digest = world.put_blob(b"payload")
+    with raw(url) as conn:
+        conn.execute("UPDATE durable_harness.steps SET status = 'halfway'")
+        with pytest.raises(CorruptJournal, match=r"turn t1 step 0.*halfway"):
+            world.load_steps("t1")
+        conn.execute("UPDATE durable_harness.steps SET status = 'intent', meta = '[1]'")
+        with pytest.raises(CorruptJournal, match="turn t1 step 0"):
+            world.load_steps("t1")
+        conn.execute("UPDATE durable_harness.turns SET config = '\"x\"'")
+        with pytest.raises(CorruptJournal, match="turn t1"):
+            world.get_turn("t1")
+        conn.execute("UPDATE durable_harness.blobs SET data = 'tampered'")
+        with pytest.raises(CorruptJournal, match=digest):
+            world.get_blob(digest)
+    with pytest.raises(NotFound):
+        world.get_blob("../../etc/passwd")
+
+
+# -- wake-ups -------------------------------------------------------------------------------
+def timed_wait(world: PostgresWorld, timeout: float) -> float:
+    started = time.monotonic()
+    world.wait_for_work(timeout)
+    return time.monotonic() - started
+
+
+def test_wait_for_work_wakes_on_create_enqueue_and_release(url: str) -> None:
+    def woken_by(write: Callable[[], object]) -> float:
+        timer = threading.Timer(0.2, write)
+        timer.start()
+        woke = timed_wait(idle, 5.0)
+        timer.join()
+        return woke
+
+    with PostgresWorld(url) as idle, PostgresWorld(url) as other:
+        assert timed_wait(idle, 5.0) < 0.5  # the first call starts listening and returns
+        assert 0.25 <= timed_wait(idle, 0.3) < 1.0  # nothing happened: the timeout
+        other.create_session("s1")
+        # Each wake-up follows the write (0.2 s in) at once, not the 5 s timeout.
+        assert 0.15 < woken_by(lambda: other.create_turn("s1", "t1", "hi", {})) < 0.5
+        lease = idle.claim("w", 30)
+        assert lease is not None
+        assert 0.15 < woken_by(lambda: other.release(lease)) < 0.5
+        assert idle.claim("w", 30) is not None
+        other.create_turn("s1", "t2", "later", {})
+        other.enqueue("t2", delay=60)
+        idle.wait_for_work(0.1)  # takes in those two notifications
+        assert 0.15 < woken_by(lambda: other.enqueue("t2")) < 0.5
+
+
+def test_wait_for_work_sleeps_until_a_lease_runs_out(world: PostgresWorld) -> None:
+    """A lease's end sends no notification; the wait ends with it, not at the timeout."""
+    world.wait_for_work(0)
+    lease = claimed(world)
+    world.wait_for_work(0.05)  # takes in the notification of the turn's creation
+    world.renew(lease, 0.5)
+    woke = timed_wait(world, 10.0)
+    assert 0.3 < woke < 1.0, woke
+    again = world.claim("w2", 30)
+    assert again is not None and again.epoch == lease.epoch + 1
+
+
+def test_wait_for_work_survives_a_server_restart() -> None:
+    with PostgresServer() as pg, PostgresWorld(pg.url()) as world:
+        world.wait_for_work(0.1)
+        pg.restart()
+        world.wait_for_work(0.1)  # notices the dead listener, listens again
+        world.wait_for_work(0.1)
+        world.create_session("s1")
+        timer = threading.Timer(0.2, lambda: world.create_turn("s1", "t1", "hi", {}))
+        timer.start()
+        woke = timed_wait(world, 5.0)
+        timer.join()
+        assert woke < 1.0, woke
+
+
+# -- reconnection and lost commits ----------------------------------------------------------
+def test_every_operation_reconnects_after_a_server_restart() -> None:
+    with PostgresServer() as pg, PostgresWorld(pg.url()) as world:
+        lease = claimed(world)
+        world.insert_intent(step(lease, 0))
+        pg.restart()  # every pooled connection is now dead
+        world.finish_step("t1", 0, lease.epoch, StepStatus.DONE, '"ok"', None, {})
+        lease = world.renew(lease, 30)
+        world.insert_intent(step(lease, 1))
+        pg.restart()
+        assert [s.status for s in world.load_steps("t1")] == [StepStatus.DONE, StepStatus.INTENT]
+        world.complete_turn(lease, "done")
+        assert world.get_turn("t1").status is TurnStatus.DONE
+
+
+def test_an_outage_longer_than_the_retry_window_is_a_world_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(postgres, "RECONNECT_SECONDS", 1.0)
+    pg = PostgresServer().start()
+    try:
+        world = PostgresWorld(pg.url())
+        pg.stop()
+        started = time.monotonic()
+        with pytest.raises(WorldError, match="did not come back within 1s"):
+            world.list_turns()
+        assert time.monotonic() - started < 15
+    finally:
+        pg.stop()
+
+
+class LoseReplyOnce:
+    """Runs a statement for real (it commits), then fails as if the connection had died
+    before the reply arrived: the ambiguous case a retry must get right."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, statement: str) -> None:
+        self.statement = statement
+        self.lost = 0
+        real = postgres._one
+
+        def one(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+            row = real(conn, query, params)
+            if query == self.statement and not self.lost:
+                self.lost += 1
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return row
+
+        monkeypatch.setattr(postgres, "_one", one)
+
+
+def test_a_retried_intent_whose_first_try_committed_is_not_a_conflict(
+    world: PostgresWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lease = claimed(world)
+    lost = LoseReplyOnce(monkeypatch, postgres.sql.INSERT_INTENT)
+    world.insert_intent(step(lease, 0))
+    assert lost.lost == 1
+    [recorded] = world.load_steps("t1")
+    assert recorded.seq == 0 and recorded.attempts == 1
+    with pytest.raises(StepConflict):  # without a lost reply, a duplicate still conflicts
+        world.insert_intent(step(lease, 0))
+
+
+@pytest.mark.parametrize(
+    ("statement", "write"),
+    [
+        pytest.param(
+            postgres.sql.FINISH_STEP,
+            lambda w, lease: w.finish_step("t1", 0, lease.epoch, StepStatus.DONE, "1", None, {}),
+            id="finish_step",
+        ),
+        pytest.param(
+            postgres.sql.FINISH_TURN, lambda w, lease: w.complete_turn(lease, "r"), id="complete"
+        ),
+        pytest.param(postgres.sql.RELEASE, lambda w, lease: w.release(lease), id="release"),
+    ],
+)
+def test_a_retried_write_whose_first_try_committed_succeeds(
+    world: PostgresWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    statement: str,
+    write: Callable[[PostgresWorld, Lease], None],
+) -> None:
+    lease = claimed(world)
+    world.insert_intent(step(lease, 0))
+    lost = LoseReplyOnce(monkeypatch, statement)
+    write(world, lease)
+    assert lost.lost == 1
+    with pytest.raises((StepConflict, LeaseLost)):  # a real second write is still refused
+        write(world, lease)
+
+
+# -- fencing under concurrency ----------------------------------------------------------------
+def test_a_stale_write_waiting_on_a_claim_rechecks_the_new_epoch(
+    world: PostgresWorld, url: str
+) -> None:
+    """A claim in flight holds the job row; a zombie's intent waits for it, then sees the
+    epoch the claim committed and is refused, instead of slipping in on the old one."""
+    lease = claimed(world)
+    outcome: list[BaseException | None] = []
+    with raw(url) as conn, conn.transaction():
+        conn.execute(
+            "UPDATE durable_harness.jobs SET epoch = epoch + 1, lease_owner = 'w2'"
+            " WHERE turn_id = 't1'"
+        )
+
+        def zombie() -> None:
+            try:
+                world.insert_intent(step(lease, 0))
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=zombie)
+        thread.start()
+        time.sleep(0.3)
+        assert outcome == []  # blocked on the claim's row lock
+    thread.join(timeout=10)
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost), outcome
+    assert world.load_steps("t1") == []
+
+
+def test_claims_under_contention_hand_each_turn_out_once(world: PostgresWorld, url: str) -> None:
+    world.create_session("s1")
+    for n in range(40):
+        world.create_turn("s1", f"t{n:02d}", "hi", {})
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def claimer() -> None:
+        with PostgresWorld(url) as mine:
+            while (lease := mine.claim("w", 30)) is not None:
+                with lock:
+                    taken.append(lease.turn_id)
+                mine.complete_turn(lease, "ok")
+
+    threads = [threading.Thread(target=claimer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken) == [f"t{n:02d}" for n in range(40)]
+    assert {t.status for t in world.list_turns()} == {TurnStatus.DONE}
+
+
+def test_a_closed_world_fails_at_once(url: str) -> None:
+    world = PostgresWorld(url)
+    world.close()
+    started = time.monotonic()
+    with pytest.raises(WorldError, match="is closed"):
+        world.list_turns()
+    assert time.monotonic() - started < 1
