@@ -31,7 +31,11 @@ Start with `durable-harness demo`.
 
 def _world_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("World")
-    g.add_argument("--world", help="World backend: local (default); env DURABLE_HARNESS_WORLD")
+    g.add_argument(
+        "--world",
+        help="World backend: local (default), postgres, s3sqs, or a folder path; "
+        "env DURABLE_HARNESS_WORLD",
+    )
     g.add_argument("--data-dir", help="local World folder; env DURABLE_HARNESS_DATA_DIR")
     g.add_argument(
         "--lease-seconds",

@@ -1,8 +1,10 @@
 """Durable waits: a turn waits for CI or a timer without holding any worker, survives
-every worker's death meanwhile, and continues when the signal or the timer comes."""
+every worker's death meanwhile, and continues when the signal or the timer comes.
+Each test runs on the local World and on the Postgres World."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,14 +15,26 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, Harness, ids_of, make_harness
 
-from durable_harness.worlds.local import LocalWorld
+from durable_harness.worlds import open_world
+from durable_harness.worlds.base import World
 
 CI_TOOLS = f"{FIXTURES / 'ci_tools.py'}:TOOLS"
 
 
-@pytest.fixture
-def ci(tmp_path: Path) -> Iterator[Harness]:
+@pytest.fixture(params=["local", "postgres"])
+def ci(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    with contextlib.ExitStack() as stack:
+        world_env: dict[str, str] = {}
+        if request.param == "postgres":
+            server = request.getfixturevalue("postgres")
+            url = stack.enter_context(server.database())
+            world_env = {"DURABLE_HARNESS_WORLD": "postgres", "DURABLE_HARNESS_POSTGRES_URL": url}
+        yield from _ci_harness(tmp_path, world_env)
+
+
+def _ci_harness(tmp_path: Path, world_env: dict[str, str]) -> Iterator[Harness]:
     for h in make_harness(tmp_path, FIXTURES / "ci.toml", lease="2"):
+        h.env.update(world_env)
         h.env["CI_RUNS"] = str(tmp_path / "ci-runs.txt")
         h.env["CI_RESULT"] = json.dumps({"status": "failed", "failing": "test_price"})
         server = h.popen("signal-server", "--port", "0")
@@ -44,6 +58,13 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     raise AssertionError("timed out waiting")
 
 
+def open_world_of(h: Harness) -> World:
+    """The World the harness's CLI processes use, opened here to look inside it."""
+    if h.env.get("DURABLE_HARNESS_WORLD") == "postgres":
+        return open_world("postgres", url=h.env["DURABLE_HARNESS_POSTGRES_URL"])
+    return open_world("local", data_dir=h.env["DURABLE_HARNESS_DATA_DIR"])
+
+
 def status(h: Harness, turn_id: str) -> str:
     return str(h.show(turn_id)["turn"]["status"])
 
@@ -65,8 +86,7 @@ def test_ci_wait_holds_no_worker_and_survives_its_death(ci: Harness) -> None:
     assert listed[0]["waiting_for"] == turn["waiting_for"]
 
     # CI reports through the webhook while no worker runs.
-    world_dir = Path(ci.env["DURABLE_HARNESS_DATA_DIR"])
-    with LocalWorld(world_dir) as world:
+    with open_world_of(ci) as world:
         wait_for(lambda: world.get_signal(turn_id, "ci") is not None)
 
     done = ci.cli("worker", "--until-idle")
@@ -110,7 +130,7 @@ def test_webhook_needs_the_turn_secret(ci: Harness) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=5)
     assert err.value.code == 401
-    with LocalWorld(Path(ci.env["DURABLE_HARNESS_DATA_DIR"])) as world:
+    with open_world_of(ci) as world:
         assert world.get_signal(turn_id, "ci") is None
 
 
