@@ -22,8 +22,8 @@ renewal plus the lease) to that step is what the World adds. Median of ``--round
 rounds.
 
 Run: ``python bench/s3sqs_overhead.py [--steps 200] [--turns 3] [--rounds 3]``. The last
-line of the output is one JSON object with every figure. A Postgres column can be added
-the same way (a ``WorldUnderTest`` whose ``open`` makes a ``PostgresWorld``).
+line of the output is one JSON object with every figure. The Postgres World (its own
+server, fsync on) is measured in the same run.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import services_s3  # noqa: E402  (tests/services_s3.py: the local servers)
 from journal_overhead import LocalBench  # noqa: E402
+from postgres_server import PostgresServer  # noqa: E402  (tests/postgres_server.py)
 
 from durable_harness.harness.journal import Journal, Outcome  # noqa: E402
 from durable_harness.worlds import open_world  # noqa: E402
@@ -161,7 +162,11 @@ def resume_latency(
 def targets(folder: Path) -> Iterator[list[WorldUnderTest]]:
     moto = services_s3.moto()
     seaweed = services_s3.seaweedfs()
-    found = [WorldUnderTest("local", "local", {"data_dir": str(folder / "local")}, {})]
+    pg = PostgresServer(fsync=True).start()  # benchmarks keep fsync on
+    found = [
+        WorldUnderTest("local", "local", {"data_dir": str(folder / "local")}, {}),
+        WorldUnderTest("postgres", "postgres", {"url": pg.url(pg.create_database("bench"))}, {}),
+    ]
     for label, s3 in (("s3sqs (moto)", moto.url), ("s3sqs (SeaweedFS)", seaweed.url)):
         env = services_s3.aws_env(s3, moto.url)
         bucket, queue_url, _ = services_s3.make_bucket_and_queue(env, max_receive_count=1000)
@@ -172,6 +177,7 @@ def targets(folder: Path) -> Iterator[list[WorldUnderTest]]:
         yield found
     finally:
         services_s3.stop_all()
+        pg.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
