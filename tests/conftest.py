@@ -27,7 +27,7 @@ def postgres() -> Iterator[postgres_server.PostgresServer]:
     """The run's PostgreSQL server (fsync off, 127.0.0.1, a free port, its own temp folder),
     started on first use and stopped by pg_ctl (or PID) when the session ends."""
     if postgres_server.find_bindir() is None:
-        pytest.skip("PostgreSQL binaries not found: run scripts/setup")
+        pytest.fail("PostgreSQL binaries not found: run scripts/setup (it installs them)")
     yield postgres_server.shared_server()
     postgres_server.stop_shared()
 
@@ -39,7 +39,7 @@ def docker_host() -> Iterator[str]:
     CLI processes tests start; stopped by PID when the session ends."""
     reason = docker_server.unavailable()
     if reason is not None:
-        pytest.skip(reason)
+        pytest.fail(f"Docker Engine unavailable: {reason}")
     server = docker_server.shared_server()
     previous = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = server.url

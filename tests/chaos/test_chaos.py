@@ -69,7 +69,7 @@ class ChaosBackend:
 @contextlib.contextmanager
 def postgres_world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     if postgres_server.find_bindir() is None:
-        pytest.skip("PostgreSQL binaries not found: run scripts/setup")
+        pytest.fail("PostgreSQL binaries not found: run scripts/setup (it installs them)")
     with postgres_server.fresh_world() as options:
         yield options
 

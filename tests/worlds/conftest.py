@@ -3,7 +3,7 @@
 Every backend is one entry in :data:`BACKENDS`: a context manager that, given a fresh
 temporary folder, yields the ``open_world`` options of a new, empty World (starting a
 server or creating a database/bucket if it needs one, and cleaning up afterwards). A
-backend whose server is not reachable calls ``pytest.skip`` inside its factory.
+backend whose server cannot be started fails the test (``pytest.fail``): never a skip.
 
 The options must be plain data: the multi-process test hands them to child processes,
 which open the same World with ``open_world(name, **options)``.
@@ -49,7 +49,7 @@ def s3sqs_seaweedfs_backend(tmp_path: Path) -> Iterator[dict[str, Any]]:
 def postgres_backend(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A new database per test on the run's PostgreSQL server (tests/postgres_server.py)."""
     if postgres_server.find_bindir() is None:
-        pytest.skip("PostgreSQL binaries not found: run scripts/setup")
+        pytest.fail("PostgreSQL binaries not found: run scripts/setup (it installs them)")
     with postgres_server.fresh_world() as options:
         yield options
 
