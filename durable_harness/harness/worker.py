@@ -29,6 +29,7 @@ from durable_harness.harness.errors import (
     ToolDefinitionError,
     TurnFailed,
     TurnSuspended,
+    WorldError,
 )
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.harness.lease import LeaseKeeper
@@ -123,8 +124,19 @@ class Worker:
     def run(self, *, until_idle: bool = False, max_turns: int | None = None) -> int:
         """Claim and drive turns; return how many were driven."""
         driven = 0
+        outage = 0  # consecutive failed claims: the World is down or unreachable
         while max_turns is None or driven < max_turns:
-            lease = self.world.claim(self.owner, self.settings.lease_seconds)
+            try:
+                lease = self.world.claim(self.owner, self.settings.lease_seconds)
+            except WorldError as exc:
+                # A worker outlives a World outage (a database restart, a network blip):
+                # it keeps trying, backing off, and says so; the turns wait in the World.
+                outage += 1
+                delay = min(self.settings.poll_seconds * 2.0**outage, 30.0)
+                self.on_event(f"cannot claim turns ({exc}); trying again in {delay:.1f}s")
+                time.sleep(delay)
+                continue
+            outage = 0
             if lease is None:
                 if until_idle and not self._work_pending():
                     return driven
