@@ -160,6 +160,9 @@ class Worker:
             write()
         except LeaseLost:
             self.on_event("lease lost before the turn's end could be recorded")
+        except WorldError as exc:
+            # The World is unreachable: the turn's lease runs out and it is redelivered.
+            self.on_event(f"could not record how the turn ended ({exc}); its lease will lapse")
 
     def _earlier_turn_pending(self, lease: Lease) -> bool:
         turn = self.world.get_turn(lease.turn_id)
