@@ -101,7 +101,9 @@ class Worker:
                 self.on_event(f"turn {turn.turn_id}: done")
                 return TurnOutcome.DONE
             except TurnSuspended as wait:
-                self.world.suspend(lease, wait.wake_at, wait.waiting_for, wait.signal)
+                self._settle(
+                    lambda: self.world.suspend(lease, wait.wake_at, wait.waiting_for, wait.signal)
+                )
                 self.on_event(f"turn {turn.turn_id}: parked, waiting for {wait.waiting_for}")
                 return TurnOutcome.WAITING
             except LeaseLost as exc:
