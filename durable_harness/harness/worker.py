@@ -100,7 +100,8 @@ class Worker:
                 self.world.complete_turn(lease, reply)
                 self.on_event(f"turn {turn.turn_id}: done")
                 return TurnOutcome.DONE
-            except TurnSuspended as wait:
+            except TurnSuspended as exc:
+                wait = exc
                 self._settle(
                     lambda: self.world.suspend(lease, wait.wake_at, wait.waiting_for, wait.signal)
                 )
