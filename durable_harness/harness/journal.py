@@ -115,6 +115,7 @@ class Journal:
         self.recorded: dict[int, Step] = {s.seq: s for s in world.load_steps(lease.turn_id)}
         self._by_key: dict[str, Step] = {s.key: s for s in self.recorded.values()}
         self._next_seq = 0
+        self.replayed = 0  # steps answered from the journal by this Journal, keyed or not
         # Steps may begin from several threads (a CLI proxy serving parallel requests);
         # seq allocation and the intent insert happen under this lock, calls outside it.
         self._lock = threading.RLock()
@@ -228,6 +229,7 @@ class Journal:
             self._check_same(recorded, kind, name, key, digest)
             if recorded.status is not StepStatus.INTENT:
                 phase = "replayed" if recorded.status is StepStatus.DONE else "possibly_ran"
+                self.replayed += 1
                 self._emit(recorded, phase)
                 return StepResult(self._output(recorded), recorded.status, True, recorded)
             self._refuse_live(seq, kind, name)

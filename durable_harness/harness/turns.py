@@ -165,4 +165,4 @@ def replay_turn(world: World, settings: Settings, turn_id: str) -> tuple[str, in
     lease = Lease(turn_id, turn.session_id, "replay", turn.epoch, turn.attempts, float("inf"))
     journal = Journal(world, lease, replay_only=True)
     reply = get_adapter(str(turn.config["agent"])).run_turn(TurnRun(world, turn, journal, settings))
-    return reply, journal.next_seq
+    return reply, journal.replayed

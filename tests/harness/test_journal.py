@@ -138,6 +138,7 @@ def test_replay_only_refuses_to_call(world: LocalWorld) -> None:
     step(Journal(world, claim(world)), calls, "v")
     journal = Journal(world, claim(world), replay_only=True)
     assert step(journal, calls, "v").replayed
+    assert journal.replayed == 1
     with pytest.raises(ReplayDivergence, match="no recorded outcome"):
         step(journal, calls, "w")
     assert calls.seqs == [0]
