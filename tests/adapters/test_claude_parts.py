@@ -49,6 +49,9 @@ def test_bad_config_is_a_config_error() -> None:
         ClaudeCodeConfig.parse({"replays": {}}, "t")
 
 
+NAP = "2.0417"  # the detached command's sleep: a duration no other process uses
+
+
 def test_reaper_kills_a_detached_shell_when_the_worker_dies(tmp_path: Path) -> None:
     """Claude Code runs each Bash command in a new session: a process-group kill misses
     it. The reaper, told its worker died, still kills it."""
@@ -60,7 +63,7 @@ def test_reaper_kills_a_detached_shell_when_the_worker_dies(tmp_path: Path) -> N
             "import os, subprocess, sys, time\n"
             f"subprocess.Popen([sys.executable, '-I', '-S', {reaper.__file__!r}, "
             "str(os.getpid()), '--', 'sh', '-c', "
-            f"'setsid sh -c \\'sleep 2; echo late > {marker}\\' & wait'])\n"
+            f"'setsid sh -c \\'sleep {NAP}; echo late > {marker}\\' & wait'])\n"
             "time.sleep(60)\n",
         ],
         start_new_session=True,
@@ -69,8 +72,8 @@ def test_reaper_kills_a_detached_shell_when_the_worker_dies(tmp_path: Path) -> N
     sleepers = _sleepers(worker.pid)
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
-    wait_for(lambda: not alive(sleepers), 5, "the detached command to die")
-    time.sleep(2.5)
+    wait_for(lambda: not alive(sleepers), 10, "the detached command to die")
+    time.sleep(float(NAP) + 0.5)
     assert not marker.exists()
 
 
@@ -85,8 +88,10 @@ def test_reaper_passes_the_exit_status() -> None:
 def _sleepers(root: int) -> list[int]:
     from claude_cases import cmdline, descendants
 
-    return [p for p in descendants(root) if cmdline(p).startswith("sleep")] or [
-        p for p in _all_pids() if cmdline(p).startswith("sleep 2")
+    # Matched by its unique duration: other tests' (or containers') sleeps are not ours.
+    mine = f"sleep {NAP} "
+    return [p for p in descendants(root) if cmdline(p) == mine] or [
+        p for p in _all_pids() if cmdline(p) == mine
     ]
 
 
