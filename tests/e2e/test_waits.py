@@ -47,6 +47,10 @@ def _ci_harness(tmp_path: Path, world_env: dict[str, str]) -> Iterator[Harness]:
         finally:
             os.killpg(server.pid, signal.SIGKILL)
             server.communicate()
+            pids = Path(h.env["CI_RUNS"]).with_suffix(".pids")
+            for pid in pids.read_text().split() if pids.exists() else []:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(int(pid), signal.SIGKILL)  # CI jobs still sleeping
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
