@@ -54,6 +54,7 @@ from durable_harness.adapters.sse import (
     parse_event,
 )
 from durable_harness.harness.errors import DurableHarnessError, ModelError, ReplayDivergence
+from durable_harness.harness.httpio import read_body
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, sha256_hex
 from durable_harness.worlds.base import StepStatus
 
@@ -61,7 +62,6 @@ __all__ = ["JournalingProxy", "ProxyCallbacks", "Upstream", "message_of"]
 
 log = logging.getLogger(__name__)
 
-_MAX_BODY = 64 * 1024 * 1024
 #: Response headers worth passing on (and recording): the rest are hop-by-hop or noise.
 _PASSED_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry")
 _DROPPED_REQUEST_HEADERS = frozenset(
@@ -585,26 +585,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing ------------------------------------------------------------------------
     def _read_body(self) -> bytes | None:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
-                total += size
-                if total > _MAX_BODY:
-                    self.close_connection = True
-                    return None
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > _MAX_BODY:
-            self.close_connection = True
-            return None
-        return self.rfile.read(length)
+        return read_body(self)
 
     def _not_found(self) -> None:
         self._api_error(404, "not_found_error", f"durable-harness proxy: no route for {self.path}")

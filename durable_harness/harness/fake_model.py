@@ -52,6 +52,7 @@ from durable_harness.harness.fake_model_script import (
     sse_frame,
     stream_events,
 )
+from durable_harness.harness.httpio import read_body
 
 __all__ = [
     "FakeModelServer",
@@ -66,7 +67,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_MAX_BODY = 64 * 1024 * 1024  # far above any real request; stops a runaway client
 _LOGGED_TEXT = 500  # the log keeps the start of the last user text, enough to recognise it
 
 
@@ -375,28 +375,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond(answer)
 
     def _read_body(self) -> bytes | None:
-        """The request body (Content-Length or chunked), or None when it is too large."""
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    # Trailers end with an empty line.
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
-                total += size
-                if total > _MAX_BODY:
-                    self.close_connection = True
-                    return None
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > _MAX_BODY:
-            self.close_connection = True
-            return None
-        return self.rfile.read(length)
+        return read_body(self)
 
     def _respond(self, answer: _Answer) -> None:
         api_key_sent = bool(self.headers.get("x-api-key") or self.headers.get("Authorization"))
