@@ -28,13 +28,14 @@ RUN (getent passwd 1000 >/dev/null \
     && chown 1000:1000 /home/agent /workspace
 
 # node_modules is already in the build context when an offline build installed the
-# CLIs on the host; otherwise npm installs them here from the lock file. Owned by root,
+# CLIs on the host; otherwise npm installs them here from the lock file (`npm install`: `npm ci` refuses
+# a lock without the other platforms' optional binaries, which npm leaves out). Owned by root,
 # so the agent cannot change its own CLIs (no chmod here: it would copy ~800 MB into a
 # new layer).
 COPY tools/npm/ /opt/agent-clis/
 RUN cd /opt/agent-clis \
     && if [ ! -d node_modules ]; then \
-         npm ci --omit=dev --no-audit --no-fund && npm cache clean --force; \
+         npm install --omit=dev --no-audit --no-fund && npm cache clean --force; \
        fi
 
 ENV HOME=/home/agent \

@@ -6,6 +6,7 @@ journaling model proxy (``proxy.py``) and the request canonicalizers (``canonica
 
 from __future__ import annotations
 
+import importlib
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,28 +16,28 @@ from durable_harness.harness.errors import ConfigError
 if TYPE_CHECKING:
     from durable_harness.adapters.base import Adapter
 
-AVAILABLE = ("builtin", "claude-code")
-PLANNED = ("codex", "opencode", "pi")
+#: Agent name -> ``module:class`` of its adapter, imported only when chosen.
+ADAPTERS: dict[str, str] = {
+    "builtin": "durable_harness.adapters.builtin:BuiltinAdapter",
+    "claude-code": "durable_harness.adapters.claude_code:ClaudeCodeAdapter",
+}
+PLANNED = tuple(n for n in ("codex", "opencode", "pi") if n not in ADAPTERS)
+AVAILABLE = tuple(ADAPTERS)
 
 
 def get_adapter(name: str) -> Adapter:
-    if name == "builtin":
-        from durable_harness.adapters.builtin import BuiltinAdapter
-
-        return BuiltinAdapter()
-    if name == "claude-code":
-        from durable_harness.adapters.claude_code import ClaudeCodeAdapter
-
-        return ClaudeCodeAdapter()
+    target = ADAPTERS.get(name)
+    if target is not None:
+        module_name, _, class_name = target.partition(":")
+        adapter: Adapter = getattr(importlib.import_module(module_name), class_name)()
+        return adapter
     if name in PLANNED:
         raise ConfigError(
             f"agent {name!r} is not available in this version yet; use one of "
             f"{', '.join(AVAILABLE)}"
         )
-    raise ConfigError(
-        f"unknown agent {name!r}: choose one of {', '.join(AVAILABLE)} "
-        f"(coming: {', '.join(PLANNED)})"
-    )
+    coming = f" (coming: {', '.join(PLANNED)})" if PLANNED else ""
+    raise ConfigError(f"unknown agent {name!r}: choose one of {', '.join(AVAILABLE)}{coming}")
 
 
 def read_agent_config(path: str) -> dict[str, Any]:

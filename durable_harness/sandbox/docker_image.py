@@ -221,7 +221,12 @@ def prebuilt_clis(root: Path, cache_dir: Path, say: Say) -> Path:
     for name in ("package.json", "package-lock.json"):
         shutil.copy2(root / "tools/npm" / name, partial / name)
     npm = shutil.which("npm") or "npm"
-    _run([npm, "ci", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"], say, cwd=partial)
+    # `install`, not `ci`: the lock lacks other platforms' optional binaries (scripts/setup).
+    _run(
+        [npm, "install", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
+        say,
+        cwd=partial,
+    )
     (partial / ".complete").write_text("")
     if not (target / ".complete").is_file():  # else a build running beside us made it
         shutil.rmtree(target, ignore_errors=True)
