@@ -57,6 +57,7 @@ from durable_harness.adapters.claude_session import (
     previous_turn_transcript,
     resume_message,
 )
+from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
@@ -180,10 +181,11 @@ class ClaudeCodeAdapter(Adapter):
             return _replay(run)
         journal = run.journal
         launches = _launch_steps(journal)
-        if launches and launches[-1].status is StepStatus.DONE:
-            return str(decode_output(run.world, launches[-1])["reply"])
+        last = _finished(run.world, launches)
+        if last is not None and not last.get("deferred"):
+            return str(last["reply"])
         launch = _Launch(run)
-        plan = launch.plan(len(launches))
+        plan = launch.plan(len(launches), last)
         begun = journal.begin_keyed(
             kind="agent",
             name=self.name,
@@ -196,7 +198,23 @@ class ClaudeCodeAdapter(Adapter):
             return str(begun.value["reply"])
         result = launch.run(plan)
         journal.end(begun, Outcome(result, {"source": "cli"}))
+        if result.get("deferred"):
+            # The CLI stopped at a wait (cli_waits): park the turn; the next delivery
+            # resumes the CLI, whose hook then finds the wait over (or defers again).
+            if launch.gate.suspended is None:
+                raise TurnFailed(
+                    "Claude Code deferred a tool call that durable-harness did not defer"
+                )
+            raise launch.gate.suspended
         return str(result["reply"])
+
+
+def _finished(world: World, launches: list[Step]) -> dict[str, Any] | None:
+    """The outcome of the turn's last launch, if it finished."""
+    if not launches or launches[-1].status is not StepStatus.DONE:
+        return None
+    value: dict[str, Any] = decode_output(world, launches[-1])
+    return value
 
 
 def _launch_steps(journal: Journal) -> list[Step]:
@@ -244,10 +262,19 @@ class _Launch:
         self.session = claude_session_id(self.turn.session_id)
         self.store = TranscriptStore(self.world)
         self._save_lock = threading.Lock()
+        secret = str(self.turn.config.get("signal_secret", ""))
+        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
 
     # -- what to run -----------------------------------------------------------------
-    def plan(self, number: int) -> dict[str, Any]:
-        """How launch ``number`` starts: mode, prompt and the transcript to restore."""
+    def plan(self, number: int, last: dict[str, Any] | None = None) -> dict[str, Any]:
+        """How launch ``number`` starts: mode, prompt and the transcript to restore.
+
+        ``last`` is the outcome of the previous launch when it finished deferred (at a
+        wait): the CLI resumes with an empty prompt, which runs the deferred call.
+        """
+        if last is not None and last.get("deferred"):
+            transcript = last["transcript"]
+            return {"mode": "resume", "message": "", "transcript": transcript, "launch": number}
         turn, epoch = self.turn, self.journal.lease.epoch
         saved = latest_turn_transcript(self.world, turn.session_id, turn.turn_id, epoch)
         if saved is None:
@@ -294,8 +321,10 @@ class _Launch:
                 ReplayPolicy(self.config),
                 host_tool_prefix=f"mcp__{SERVER_NAME}__",
                 before_intent=None if self.journal.replay_only else self._saver(transcript),
+                waits=self.gate,
             )
-            mcp = HostToolServer(self.journal, self.tools, self.turn.session_id)
+            tools = self.tools + self.gate.tools
+            mcp = HostToolServer(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
             callbacks = ProxyCallbacks(
                 on_request=self._on_request(hooks), control=hooks.handle, mcp=mcp.handle
             )
@@ -312,6 +341,9 @@ class _Launch:
             reply = self._reply(outcome, proxy)
             final = transcript.read_bytes() if transcript.exists() else b""
         result: dict[str, Any] = {"reply": reply, "session": self.session}
+        deferred = (outcome.result or {}).get("deferred_tool_use")
+        if (outcome.result or {}).get("stop_reason") == "tool_deferred" and deferred:
+            result["deferred"] = str(deferred.get("id"))
         if not self.journal.replay_only:
             saved = self.store.save(final)
             epoch = self.journal.lease.epoch
@@ -376,13 +408,14 @@ class _Launch:
         settings_file = home / "durable-harness-settings.json"
         settings_file.write_text(json.dumps(settings, indent=1))
         mcp_file = home / "durable-harness-mcp.json"
-        servers: dict[str, Any] = {}
-        if self.tools:
-            servers[SERVER_NAME] = {
+        # Always served: the wait tools (cli_waits) are host tools too.
+        servers = {
+            SERVER_NAME: {
                 "type": "http",
                 "url": f"{url}/mcp",
                 "headers": {"Authorization": f"Bearer {token}"},
             }
+        }
         mcp_file.write_text(json.dumps({"mcpServers": servers}))
         start = "--session-id" if plan["mode"] == "new" else "--resume"
         return [
