@@ -289,7 +289,7 @@ class _Launch:
     def _close_interrupted(self) -> None:
         """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
         policy = ReplayPolicy(self.config)
-        host = {t.name: t for t in self.tools}
+        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
         for step in list(self.journal.recorded.values()):
             if step.kind != "tool" or step.status is not StepStatus.INTENT:
                 continue
