@@ -66,6 +66,7 @@ from durable_harness.harness.errors import (
 )
 from durable_harness.harness.journal import BLOB_PREFIX, Journal, Outcome, StepResult, decode_output
 from durable_harness.harness.model import LOOPBACK_KEY, is_loopback
+from durable_harness.harness.settings import Settings
 from durable_harness.worlds.base import Step, StepStatus, World
 
 __all__ = ["CODEX_VERSION", "CodexAdapter", "find_codex"]
@@ -78,6 +79,9 @@ DEFAULT_CLI_RETRIES = "2"
 TOKEN_ENV = "DURABLE_HARNESS_CODEX_TOKEN"  # the variable Codex reads its "API key" from
 PROVIDER = "durable-harness"
 DEFAULT_BASE_URL = "https://api.openai.com"
+#: The model a turn asks for when it names none but the harness-wide default (a Claude
+#: model, which no OpenAI-compatible endpoint serves).
+DEFAULT_MODEL = "gpt-5-codex"
 _REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 _HOOK_EVENTS = ("SessionStart", "PreToolUse", "PostToolUse")
 _FLUSH_WAIT = 3.0  # seconds the rollout may take to show a tool call before a save
@@ -140,6 +144,12 @@ def resolve_openai_endpoint(base_url: str | None) -> tuple[str, str]:
             )
         key = LOOPBACK_KEY
     return url.rstrip("/").removesuffix("/v1"), key
+
+
+def codex_model(config: dict[str, Any]) -> str:
+    """The turn's model; the harness-wide default (a Claude model) means Codex's default."""
+    model = str(config.get("model") or "")
+    return DEFAULT_MODEL if model in ("", Settings.model_fields["model"].default) else model
 
 
 def host_workspace(config: dict[str, Any]) -> Path:
@@ -374,7 +384,7 @@ class _Launch:
             for event in _HOOK_EVENTS
         }
         (codex_home / "hooks.json").write_text(json.dumps({"hooks": hooks}, indent=1))
-        model = str(self.run_.config.get("model") or "gpt-5-codex")
+        model = codex_model(self.run_.config)
         retries = int(os.environ.get(RETRIES_ENV, DEFAULT_CLI_RETRIES))
         config = (
             f"model = {json.dumps(model)}\n"
