@@ -72,6 +72,7 @@ name = "bash"
 reply.text = "Let me set up the site."
 reply.tool_use = [ {{ name = "exec_command", input = {{ cmd = "{bash}", yield_time_ms = 30000 }} }} ]
 reply.chunk_delay_ms = {chunk_delay_ms}
+{fault}
 """
 
 
@@ -83,7 +84,9 @@ def bash_command(sleep: float) -> str:
     )
 
 
-def write_script(tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0) -> Path:
+def write_script(
+    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+) -> Path:
     script = tmp / "script.toml"
     script.write_text(
         _SCRIPT.format(
@@ -93,14 +96,17 @@ def write_script(tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0) -> Pat
             second_prompt=SECOND_PROMPT,
             second_reply=SECOND_REPLY,
             chunk_delay_ms=chunk_delay_ms,
+            fault=f'reply.stream_fault = "{fault}"' if fault else "",
         )
     )
     return script
 
 
-def codex_harness(tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0) -> Iterator[Harness]:
+def codex_harness(
+    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+) -> Iterator[Harness]:
     (tmp / "ws").mkdir()
-    script = write_script(tmp, sleep=sleep, chunk_delay_ms=chunk_delay_ms)
+    script = write_script(tmp, sleep=sleep, chunk_delay_ms=chunk_delay_ms, fault=fault)
     for h in make_harness(tmp, script):
         h.env["OPENAI_BASE_URL"] = h.server.url
         h.env.pop("OPENAI_API_KEY", None)
