@@ -67,6 +67,7 @@ from durable_harness.harness.errors import (
 from durable_harness.harness.journal import BLOB_PREFIX, Journal, Outcome, StepResult, decode_output
 from durable_harness.harness.model import LOOPBACK_KEY, is_loopback
 from durable_harness.harness.settings import Settings
+from durable_harness.harness.tools import Replay
 from durable_harness.worlds.base import Step, StepStatus, World
 
 __all__ = ["CODEX_VERSION", "CodexAdapter", "find_codex"]
@@ -84,6 +85,7 @@ DEFAULT_BASE_URL = "https://api.openai.com"
 DEFAULT_MODEL = "gpt-5-codex"
 _REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 _HOOK_EVENTS = ("SessionStart", "PreToolUse", "PostToolUse")
+_OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
 _FLUSH_WAIT = 3.0  # seconds the rollout may take to show a tool call before a save
 _HOOKS_WAIT = 10.0  # seconds the first model call waits for proof the hooks are live
 _PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
@@ -263,7 +265,7 @@ class _Launch:
 
     def _close_interrupted(self) -> None:
         """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
-        policy = ReplayPolicy(self.config)
+        policy = CodexReplayPolicy(self.config)
         for step in list(self.journal.recorded.values()):
             if step.kind != "tool" or step.status is not StepStatus.INTENT:
                 continue
@@ -290,7 +292,7 @@ class _Launch:
                 target.write_bytes(self.store.load(restored.transcript))
             hooks = ToolHooks(
                 self.journal,
-                ReplayPolicy(self.config),
+                CodexReplayPolicy(self.config),
                 host_tool_prefix="mcp__durable-harness__",
                 before_intent=None if self.journal.replay_only else self._saver(codex_home),
             )
@@ -448,9 +450,15 @@ class _Launch:
             output.failure = str(error.get("message") if isinstance(error, dict) else error)
         elif kind == "item.completed" and item.get("type") == "agent_message":
             output.replies.append(str(item.get("text") or ""))
-            _progress(f"codex: {item.get('text')}")
+            self._progress(f"codex: {item.get('text')}")
         elif kind == "item.started" and item.get("type") == "command_execution":
-            _progress(f"codex: $ {item.get('command')}")
+            self._progress(f"codex: $ {item.get('command')}")
+
+    def _progress(self, text: str) -> None:
+        if self.journal.on_step is not None:  # not --quiet
+            text = text.replace("\n", " ")
+            sys.stderr.write(f"  {text[:160]}\n")
+            sys.stderr.flush()
 
     def _reply(
         self, output: _Output, status: int | None, stderr: str, proxy: JournalingProxy
@@ -480,19 +488,20 @@ def _close_from_request(hooks: ToolHooks, body: dict[str, Any]) -> None:
     """Record, from a model request, the output of a call whose PostToolUse never came."""
     items = body.get("input")
     for item in items if isinstance(items, list) else []:
-        if not isinstance(item, dict) or item.get("type") not in (
-            "function_call_output",
-            "custom_tool_call_output",
-        ):
-            continue
-        with hooks._lock:
-            step = hooks.open.pop(str(item.get("call_id")), None)
-        if step is not None:
+        if isinstance(item, dict) and item.get("type") in _OUTPUT_ITEMS:
             value = {"tool_output": item.get("output")}
-            hooks.journal.end(step, Outcome(value, {"source": "proxy"}))
+            hooks.close_open(str(item.get("call_id")), value, "proxy")
 
 
-def _progress(text: str) -> None:
-    text = text.replace("\n", " ")
-    sys.stderr.write(f"  {text[:160]}\n")
-    sys.stderr.flush()
+class CodexReplayPolicy(ReplayPolicy):
+    """Claude Code's labels, with Codex's tool names: Codex reports its shell tool
+    ``exec_command`` to the hooks as ``Bash``, so a label given to either name applies."""
+
+    ALIASES = {"Bash": "exec_command"}
+
+    def label(self, tool_name: str, tool_input: Any) -> Replay:
+        overrides = self.config.replay.tools
+        alias = self.ALIASES.get(tool_name)
+        if alias is not None and tool_name not in overrides and alias in overrides:
+            return overrides[alias]
+        return super().label(tool_name, tool_input)
