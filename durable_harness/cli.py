@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated crash points (default: all of {', '.join(CRASH_POINTS)})",
     )
 
-    fake = sub.add_parser("fake-model", help="scripted Anthropic-compatible model server")
+    fake = sub.add_parser("fake-model", help="scripted fake model (Anthropic, OpenAI Responses)")
     fake.add_argument("--script", required=True, help="TOML script of rules")
     fake.add_argument("--port", type=int, default=0)
     fake.add_argument("--host", default="127.0.0.1")

@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m durable_harness.harness.fake_model --script FILE [--port N] [--log F]``."""
     parser = argparse.ArgumentParser(
         prog="durable-harness fake-model",
-        description="Serve a scripted fake Anthropic Messages API.",
+        description="Serve a scripted fake model: Anthropic Messages and OpenAI Responses APIs.",
     )
     parser.add_argument("--script", required=True, type=Path, help="TOML script of rules")
     parser.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")
