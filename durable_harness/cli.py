@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="start a turn and drive it here (or --detach)")
     run.add_argument("prompt", metavar="PROMPT")
-    run.add_argument("--agent", default="builtin", help="builtin (default) or claude-code")
+    run.add_argument("--agent", default="builtin", help="builtin (default), claude-code or codex")
     run.add_argument(
         "--workspace",
         default="virtual",
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--agent-config",
         metavar="FILE.toml",
-        help="the agent's options (claude-code: replay labels, see docs/claude-code.md)",
+        help="the agent's options (claude-code, codex: replay labels, see docs/claude-code.md)",
     )
     run.add_argument("--model", help="model name (env DURABLE_HARNESS_MODEL)")
     run.add_argument("--base-url", help="model endpoint (default: env ANTHROPIC_BASE_URL)")
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated crash points (default: all of {', '.join(CRASH_POINTS)})",
     )
 
-    fake = sub.add_parser("fake-model", help="scripted Anthropic-compatible model server")
+    fake = sub.add_parser("fake-model", help="scripted fake model (Anthropic, OpenAI Responses)")
     fake.add_argument("--script", required=True, help="TOML script of rules")
     fake.add_argument("--port", type=int, default=0)
     fake.add_argument("--host", default="127.0.0.1")

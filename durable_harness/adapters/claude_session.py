@@ -20,6 +20,7 @@ transcript lacks it), possibly ran (must be checked first), or never started.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,9 @@ from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
 
 __all__ = [
     "Saved",
+    "TranscriptFacts",
     "TranscriptStore",
+    "compose_resume_message",
     "latest_turn_transcript",
     "previous_turn_transcript",
     "resume_message",
@@ -157,14 +160,25 @@ def resume_message(world: World, prompt: str, steps: list[Step], transcript: byt
     repeating it), interrupted but safe to repeat, or never started. Model replies the
     restored transcript lacks are quoted too, so they are not asked for again.
     """
-    facts = transcript_facts(transcript)
+    return compose_resume_message(world, prompt, steps, transcript_facts(transcript), _lost_reply)
+
+
+def compose_resume_message(
+    world: World,
+    prompt: str,
+    steps: list[Step],
+    facts: TranscriptFacts,
+    lost_reply: Callable[[World, Step], str],
+) -> str:
+    """:func:`resume_message` for any CLI: ``facts`` says what its restored session record
+    holds, ``lost_reply`` quotes a recorded model reply the record lacks."""
     lines: list[str] = []
     tool_steps = {s.key.removeprefix("tool:"): s for s in steps if s.kind == "tool"}
     for step in steps:
         if step.kind == "model" and step.status is StepStatus.DONE:
             message_id = step.meta.get("message_id")
             if message_id and message_id not in facts.messages:
-                lines.append(_lost_reply(world, step))
+                lines.append(lost_reply(world, step))
             for tool_use_id in step.meta.get("tool_use_ids") or []:
                 if tool_use_id not in tool_steps:
                     lines.append(

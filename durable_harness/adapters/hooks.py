@@ -214,6 +214,16 @@ class ToolHooks:
             value = {"tool_response": payload.get("tool_response")}
         self.journal.end(step, Outcome(value, {"source": "hook"}))
 
+    def close_open(self, tool_use_id: str, value: dict[str, Any], source: str) -> bool:
+        """Record the outcome of a call this launch opened and whose PostToolUse never came
+        (taken from the CLI's next model request); False if no such call is open."""
+        with self._lock:
+            step = self.open.pop(tool_use_id, None)
+        if step is None:
+            return False
+        self.journal.end(step, Outcome(value, {"source": source}))
+        return True
+
     def close_from_request(self, body: dict[str, Any]) -> None:
         """Record, from a model request, the result of a call whose PostToolUse never came.
 

@@ -4,7 +4,8 @@ A CLI adapter starts one :class:`JournalingProxy` per launch of its CLI and sets
 ``ANTHROPIC_BASE_URL`` to :attr:`JournalingProxy.url` and its API key to a per-turn token
 that only this proxy accepts. The provider key stays in the harness (:class:`Upstream`).
 
-For each ``POST /v1/messages`` (streaming SSE or JSON):
+For each model call (``POST /v1/messages``, ``POST /v1/responses``: one
+:class:`~.wire.WireFormat` per API says what differs; streaming SSE or JSON):
 
 1. the request is canonicalized (a per-CLI :class:`~.canonical.Canonicalizer`) and its
    hash looked up in the turn's journal (``key = "model:<hash>"``);
@@ -12,16 +13,18 @@ For each ``POST /v1/messages`` (streaming SSE or JSON):
    events, byte for byte) and upstream is not called;
 3. **unseen or interrupted**: the intent is committed, the request forwarded upstream,
    and each event streamed to the CLI as it arrives while it is teed into memory; when
-   the stream ends well the outcome is recorded, *then* the final ``message_stop`` is
-   sent, so the CLI never holds a finished answer the journal does not;
+   the stream ends well the outcome is recorded, *then* the final event (``message_stop``,
+   ``response.completed``) is sent, so the CLI never holds a finished answer the journal
+   does not;
 4. **upstream errors** (an HTTP error status, an unreachable endpoint, a stream cut off or
    malformed) reach the CLI as a provider would send them (the status and body, a
-   dropped connection, an in-stream ``error`` event) and leave the step an intent: a
+   dropped connection, an in-stream error event) and leave the step an intent: a
    later identical request runs again. The last such error is kept in
    :attr:`JournalingProxy.upstream_errors` for the adapter's error message.
 
 ``POST /v1/messages/count_tokens`` and ``GET /v1/models`` are forwarded unjournaled (they
-cost nothing and change nothing); other paths get a 404. ``POST /_dh/<event>`` (the CLI's
+cost nothing and change nothing); other paths get a 404. Errors of the proxy's own are
+shaped as the API of the path asked. ``POST /_dh/<event>`` (the CLI's
 hooks, authenticated by ``X-Durable-Harness-Token``) and ``POST /mcp`` (host tools over
 MCP, ``Authorization: Bearer``) are handed to the adapter's callbacks.
 
@@ -45,14 +48,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from durable_harness.adapters.canonical import Canonicalizer
-from durable_harness.adapters.sse import (
-    EventSplitter,
-    MalformedStream,
-    assemble_message,
-    error_event,
-    events_for_message,
-    parse_event,
-)
+from durable_harness.adapters.sse import EventSplitter, MalformedStream, parse_event
+from durable_harness.adapters.wire import ANTHROPIC, WireFormat, error_text
+from durable_harness.adapters.wire_responses import RESPONSES
 from durable_harness.harness.errors import DurableHarnessError, ModelError, ReplayDivergence
 from durable_harness.harness.httpio import read_body
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, sha256_hex
@@ -69,6 +67,9 @@ _DROPPED_REQUEST_HEADERS = frozenset(
      "accept-encoding", "x-api-key", "authorization", "proxy-authorization", "te", "upgrade"}
 )  # fmt: skip
 KEY_HEADER = "X-Durable-Harness-Key"
+#: The model APIs the proxy speaks, by the path of their journaled call.
+WIRES: dict[str, WireFormat] = {wire.path: wire for wire in (ANTHROPIC, RESPONSES)}
+_PLAIN_PATHS = {path: wire for wire in WIRES.values() for path in wire.plain_paths}
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Upstream:
 class ProxyCallbacks:
     """What the adapter plugs in; every callback runs in a server thread."""
 
-    #: Called with each ``/v1/messages`` body before it is canonicalized.
+    #: Called with each model request body before it is canonicalized.
     on_request: Callable[[dict[str, Any]], None] | None = None
     #: Called with each finished message (live or replayed).
     on_message: Callable[[dict[str, Any], bool], None] | None = None
@@ -99,7 +100,7 @@ class ProxyCallbacks:
 
 @dataclass
 class ProxyStats:
-    upstream_calls: int = 0  # /v1/messages requests forwarded upstream
+    upstream_calls: int = 0  # model calls forwarded upstream
     replayed: int = 0  # answered from the journal
     by_key: dict[str, int] = field(default_factory=dict)  # forwards per journal key
 
@@ -243,12 +244,18 @@ class JournalingProxy:
             self._local.conn = None
 
     def send_upstream(
-        self, method: str, path: str, headers: dict[str, str], body: bytes, key: str | None
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        key: str | None,
+        wire: WireFormat = ANTHROPIC,
     ) -> http.client.HTTPResponse:
         """Forward a request with the harness's key; one retry on a stale kept-alive socket."""
         base_path = urlsplit(self.upstream.base_url).path.rstrip("/")
         out = {k: v for k, v in headers.items() if k.lower() not in _DROPPED_REQUEST_HEADERS}
-        out["x-api-key"] = self.upstream.api_key
+        out.update(wire.auth_headers(self.upstream.api_key))
         out["Accept-Encoding"] = "identity"  # the proxy reads the events it tees
         if key is not None and self.upstream.send_key:
             out[KEY_HEADER] = key
@@ -291,12 +298,17 @@ class _Handler(BaseHTTPRequestHandler):
         assert isinstance(server, _Server)
         return server.proxy
 
+    #: The API of the request being handled (shapes the proxy's own error replies).
+    wire: WireFormat = ANTHROPIC
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("proxy: " + format, *args)
 
     # -- routing -----------------------------------------------------------------------
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
+        # Models are listed with the key the way the client sent its own.
+        self.wire = ANTHROPIC if "x-api-key" in self.headers else RESPONSES
         if path.startswith("/v1/models") and self._api_authorized():
             self._forward_plain("GET", b"")
         elif path == "/mcp":
@@ -306,13 +318,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
+        self.wire = WIRES.get(path) or _PLAIN_PATHS.get(path) or ANTHROPIC
         body = self._read_body()
         if body is None:
             self._api_error(413, "request_too_large", "request body is too large")
-        elif path == "/v1/messages":
+        elif path in WIRES:
             if self._api_authorized():
-                self._messages(body)
-        elif path == "/v1/messages/count_tokens":
+                self._model_call(body)
+        elif path in _PLAIN_PATHS:
             if self._api_authorized():
                 self._forward_plain("POST", body)
         elif path.startswith("/_dh/"):
@@ -336,8 +349,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._api_error(401, "authentication_error", "invalid x-api-key for this proxy")
         return False
 
-    # -- /v1/messages --------------------------------------------------------------------
-    def _messages(self, raw: bytes) -> None:
+    # -- a model call ----------------------------------------------------------------------
+    def _model_call(self, raw: bytes) -> None:
         proxy = self.proxy
         try:
             body = json.loads(raw)
@@ -361,7 +374,7 @@ class _Handler(BaseHTTPRequestHandler):
             proxy.stats.replayed += 1
             self._replay(begun.value, stream)
             if proxy.callbacks.on_message is not None:
-                proxy.callbacks.on_message(message_of(begun.value), True)
+                proxy.callbacks.on_message(message_of(begun.value, self.wire), True)
             return
         try:
             self._forward(key, begun, raw, stream)
@@ -374,7 +387,7 @@ class _Handler(BaseHTTPRequestHandler):
             events = (
                 list(recorded["events"])
                 if recorded.get("stream")
-                else events_for_message(recorded["body"])
+                else self.wire.events_for(recorded["body"])
             )
             headers["content-type"] = "text/event-stream; charset=utf-8"
             self._start_chunked(200, headers)
@@ -382,7 +395,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._write_chunk(text.encode())
             self._end_chunked()
         else:
-            message = message_of(recorded)
+            message = message_of(recorded, self.wire)
             headers["content-type"] = "application/json"
             self._send_bytes(200, json.dumps(message).encode(), headers)
 
@@ -393,7 +406,9 @@ class _Handler(BaseHTTPRequestHandler):
             proxy.stats.upstream_calls += 1
             proxy.stats.by_key[key] = proxy.stats.by_key.get(key, 0) + 1
         try:
-            response = proxy.send_upstream("POST", self.path, dict(self.headers.items()), raw, key)
+            response = proxy.send_upstream(
+                "POST", self.path, dict(self.headers.items()), raw, key, self.wire
+            )
         except (OSError, http.client.HTTPException) as exc:
             message = f"cannot reach the model endpoint {proxy.upstream.base_url}: {exc}"
             proxy.note_upstream_error(message)
@@ -404,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
         if response.status != 200:
             data = response.read()
             proxy.note_upstream_error(
-                f"the model endpoint answered HTTP {response.status}: {_error_text(data)}"
+                f"the model endpoint answered HTTP {response.status}: {error_text(data)}"
             )
             self._send_bytes(response.status, data, passed)
             return
@@ -421,6 +436,7 @@ class _Handler(BaseHTTPRequestHandler):
         started: float,
     ) -> None:
         proxy = self.proxy
+        wire = self.wire
         splitter = EventSplitter()
         kept: list[str] = []
         parsed: list[dict[str, Any]] = []
@@ -440,33 +456,33 @@ class _Handler(BaseHTTPRequestHandler):
                         self._write_chunk(text.encode())
                         continue
                     kept.append(text)
-                    if event.type == "message_stop":
+                    parsed.append(event.data)
+                    if event.type == wire.final_event:
                         stopped = True  # held back until the outcome is recorded
                         break
-                    parsed.append(event.data)
                     self._write_chunk(text.encode())
-                    if event.type == "error":
-                        problem = f"the model endpoint failed mid-stream: {_error_text(text)}"
+                    if event.type in wire.error_events:
+                        problem = f"the model endpoint failed mid-stream: {error_text(text)}"
                         self._end_chunked()
                         break
             if stopped:
                 response.read()  # the chunked terminator, so the connection can be reused
         except MalformedStream as exc:
             problem = f"the model endpoint sent a malformed stream ({exc})"
-            injected = error_event("api_error", f"durable-harness proxy: {problem}")
+            injected = wire.error_event("api_error", f"durable-harness proxy: {problem}")
             self._write_chunk(injected.encode())
             self._end_chunked()
         except (OSError, http.client.HTTPException) as exc:
             problem = f"the model stream broke off: {exc!r}"
         if problem is None and not stopped:
-            problem = "the model stream ended before message_stop"
+            problem = f"the model stream ended before {wire.final_event}"
         if problem is not None:
             proxy.drop_connection()
             proxy.note_upstream_error(problem)
             self.close_connection = True  # the CLI sees the stream break, as it did upstream
             return
         value = {"status": 200, "headers": headers, "stream": True, "events": kept}
-        message = assemble_message(parsed)
+        message = wire.assemble(parsed)
         self._record(step, value, message, started, first_byte)
         self._write_chunk(kept[-1].encode())
         self._end_chunked()
@@ -485,8 +501,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             data = response.read()
             message = json.loads(data)
-            if not isinstance(message, dict) or message.get("type") != "message":
-                raise ValueError("not a message object")
+            if not self.wire.is_response(message):
+                raise ValueError(f"not a {self.wire.name} response")
         except (OSError, http.client.HTTPException) as exc:
             problem = f"the model reply broke off: {exc!r}"
             proxy.drop_connection()
@@ -512,18 +528,7 @@ class _Handler(BaseHTTPRequestHandler):
         started: float,
         first_byte: float | None,
     ) -> None:
-        usage = message.get("usage") or {}
-        meta = {
-            "input_tokens": int(usage.get("input_tokens") or 0)
-            + int(usage.get("cache_read_input_tokens") or 0)
-            + int(usage.get("cache_creation_input_tokens") or 0),
-            "output_tokens": int(usage.get("output_tokens") or 0),
-            "stop_reason": message.get("stop_reason"),
-            "message_id": message.get("id"),
-            "tool_use_ids": [
-                b.get("id") for b in message.get("content") or [] if b.get("type") == "tool_use"
-            ],
-        }
+        meta = self.wire.meta(message)
         if first_byte is not None:
             meta["first_byte_ms"] = round((first_byte - started) * 1000, 1)
         try:
@@ -537,7 +542,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _forward_plain(self, method: str, raw: bytes) -> None:
         proxy = self.proxy
         try:
-            response = proxy.send_upstream(method, self.path, dict(self.headers.items()), raw, None)
+            headers = dict(self.headers.items())
+            response = proxy.send_upstream(method, self.path, headers, raw, None, self.wire)
             data = response.read()
         except (OSError, http.client.HTTPException) as exc:
             self._api_error(502, "api_error", f"durable-harness proxy: upstream failed: {exc}")
@@ -591,8 +597,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._api_error(404, "not_found_error", f"durable-harness proxy: no route for {self.path}")
 
     def _api_error(self, status: int, kind: str, message: str) -> None:
-        body = {"type": "error", "error": {"type": kind, "message": message}}
-        self._send_json(status, body)
+        self._send_json(status, self.wire.error_body(kind, message))
 
     def _send_json(self, status: int, value: Any) -> None:
         self._send_bytes(status, json.dumps(value).encode(), {"content-type": "application/json"})
@@ -650,22 +655,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-def message_of(recorded: dict[str, Any]) -> dict[str, Any]:
-    """The JSON message of a recorded outcome, whichever way it was received."""
+def message_of(recorded: dict[str, Any], wire: WireFormat = ANTHROPIC) -> dict[str, Any]:
+    """The JSON response of a recorded outcome, whichever way it was received."""
     if not recorded.get("stream"):
         body: dict[str, Any] = recorded["body"]
         return body
     parsed = [e.data for e in (parse_event(text) for text in recorded["events"]) if e is not None]
-    return assemble_message(parsed)
-
-
-def _error_text(data: bytes | str) -> str:
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    for line in text.splitlines() or [text]:
-        payload = line.removeprefix("data: ")
-        try:
-            error = json.loads(payload).get("error") or {}
-            return f"{error.get('type', 'error')}: {error.get('message', '')}".strip()
-        except (ValueError, AttributeError):
-            continue
-    return text[:300]
+    return wire.assemble(parsed)

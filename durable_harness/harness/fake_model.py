@@ -8,6 +8,9 @@ journaling proxy, so it answers the way Anthropic does, streaming included:
   ``content_block_delta`` (``text_delta`` / ``input_json_delta`` pieces),
   ``content_block_stop``, ``message_delta``, ``message_stop``, each event flushed.
 * ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
+* ``POST /v1/responses``: the OpenAI Responses API from the same script (JSON, or
+  streamed ``response.*`` events ending in ``response.completed``; errors OpenAI-shaped),
+  see :mod:`~durable_harness.harness.fake_model_responses`.
 * ``GET /_fake/stats``: ``{"requests", "by_rule", "unmatched", "count_tokens"}``.
 * Anything else: 404 ``not_found_error``. Errors are Anthropic-shaped:
   ``{"type": "error", "error": {"type": ..., "message": ...}}`` with the status code.
@@ -15,7 +18,8 @@ journaling proxy, so it answers the way Anthropic does, streaming included:
 Contracts: the reply is a pure function of the request (rules in
 :mod:`~durable_harness.harness.fake_model_script`), ids included: the message id is
 ``msg_`` + sha256(canonical request)[:24], so the same request gets byte-identical bytes.
-``requests`` counts ``POST /v1/messages`` calls (the calls a provider would bill). Every
+``requests`` counts ``POST /v1/messages`` and ``/v1/responses`` calls (the calls a provider
+would bill). Every
 answered request except ``/_fake/stats`` is logged, and the log line is written and flushed
 before the first byte of the response, so a client killed mid-stream is still counted.
 Any API key is accepted; the log records whether one was sent.
@@ -39,6 +43,14 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from durable_harness.harness.errors import ConfigError
+from durable_harness.harness.fake_model_responses import (
+    RESPONSES_PATH,
+    build_response,
+    response_error_body,
+    response_events,
+    responses_request_hash,
+    responses_view,
+)
 from durable_harness.harness.fake_model_script import (
     RequestView,
     Script,
@@ -68,6 +80,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _LOGGED_TEXT = 500  # the log keeps the start of the last user text, enough to recognise it
+_BILLED_PATHS = ("/v1/messages", RESPONSES_PATH)
 
 
 @dataclass
@@ -142,7 +155,7 @@ class FakeModelServer:
 
     @property
     def request_count(self) -> int:
-        """``POST /v1/messages`` calls answered so far, matched or not."""
+        """Model calls (``/v1/messages``, ``/v1/responses``) answered so far, matched or not."""
         with self._lock:
             return self._requests
 
@@ -250,6 +263,50 @@ class FakeModelServer:
         answer.fault_after = rule.reply.fault_after
         return answer
 
+    def answer_responses(self, body: bytes) -> _Answer:
+        """Answer a ``POST /v1/responses`` body from the same rules (a pure function)."""
+        request = _parse_request(body, "input")
+        if isinstance(request, _Answer):
+            request.path = RESPONSES_PATH
+            request.body = response_error_body("invalid_request_error", _error_message(request))
+            return request
+        stream = request.get("stream") is True
+        view = responses_view(request)
+        digest = responses_request_hash(request)
+        answer = _Answer(
+            status=200,
+            path=RESPONSES_PATH,
+            stream=stream,
+            request_hash=digest,
+            last_user_text=view.last_user_text,
+            headers={"x-request-id": "req_" + digest[:24]},
+        )
+        index = self.script.match(view)
+        if index is None:
+            shown = view.last_user_text[:300]
+            answer.status = 400
+            answer.body = response_error_body(
+                "invalid_request_error",
+                f"fake model: no rule matches the request (last user text: {shown!r})",
+            )
+            return answer
+        rule = self.script.rules[index]
+        answer.rule = self.script.label(index)
+        answer.delay_s = rule.reply.delay_ms / 1000
+        if rule.reply.error is not None:
+            answer.status = rule.reply.error.http_status
+            answer.body = response_error_body(rule.reply.error.type, rule.reply.error.message)
+            return answer
+        response = build_response(request, rule, digest)
+        if stream:
+            answer.events = [sse_frame(event, data) for event, data in response_events(response)]
+            answer.chunk_delay_s = rule.reply.chunk_delay_ms / 1000
+        else:
+            answer.body = dumps_compact(response)
+        answer.stream_fault = rule.reply.stream_fault
+        answer.fault_after = rule.reply.fault_after
+        return answer
+
     def answer_count_tokens(self, body: bytes) -> _Answer:
         request = _parse_request(body)
         if isinstance(request, _Answer):
@@ -267,7 +324,7 @@ class FakeModelServer:
     def record(self, answer: _Answer, api_key_sent: bool) -> None:
         """Count and log ``answer`` (before it is sent: see the module contract)."""
         with self._lock:
-            if answer.path == "/v1/messages":
+            if answer.path in _BILLED_PATHS:
                 self._requests += 1
                 if answer.rule is not None:
                     self._by_rule[answer.rule] = self._by_rule.get(answer.rule, 0) + 1
@@ -294,7 +351,7 @@ class FakeModelServer:
             self._log_file.flush()
 
 
-def _parse_request(body: bytes) -> dict[str, Any] | _Answer:
+def _parse_request(body: bytes, required: str = "messages") -> dict[str, Any] | _Answer:
     """The request as a dict, or a 400 answer saying what is wrong with it."""
     try:
         request = json.loads(body)
@@ -303,11 +360,17 @@ def _parse_request(body: bytes) -> dict[str, Any] | _Answer:
     else:
         if not isinstance(request, dict):
             problem = "request body must be a JSON object"
-        elif not isinstance(request.get("messages"), list):
+        elif required == "messages" and not isinstance(request.get("messages"), list):
             problem = "messages: Field required (a list of messages)"
+        elif required == "input" and not isinstance(request.get("input"), list | str):
+            problem = "input: Field required (a string or a list of items)"
         else:
             return request
     return _Answer(status=400, path="", body=error_body("invalid_request_error", problem))
+
+
+def _error_message(answer: _Answer) -> str:
+    return str(json.loads(answer.body)["error"]["message"])
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -353,6 +416,8 @@ class _Handler(BaseHTTPRequestHandler):
             answer = self.fake.answer_messages(body)
         elif path == "/v1/messages/count_tokens":
             answer = self.fake.answer_count_tokens(body)
+        elif path == RESPONSES_PATH:
+            answer = self.fake.answer_responses(body)
         else:
             self._not_found(path)
             return
@@ -489,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m durable_harness.harness.fake_model --script FILE [--port N] [--log F]``."""
     parser = argparse.ArgumentParser(
         prog="durable-harness fake-model",
-        description="Serve a scripted fake Anthropic Messages API.",
+        description="Serve a scripted fake model: Anthropic Messages and OpenAI Responses APIs.",
     )
     parser.add_argument("--script", required=True, type=Path, help="TOML script of rules")
     parser.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")

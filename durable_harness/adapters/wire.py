@@ -1,0 +1,132 @@
+"""The wire-format seam of the journaling proxy: what differs between model APIs.
+
+The proxy's contract (journal each call by its canonical hash, replay a recorded answer
+byte for byte, hold the stream's final event back until the outcome is recorded, pass
+upstream errors through and never record them) is the same for every API. What differs is
+described by one :class:`WireFormat` per API, one module each:
+
+* :class:`AnthropicMessages` (here): ``POST /v1/messages``, ``x-api-key``, events ending
+  in ``message_stop``;
+* :class:`~.wire_responses.OpenAIResponses`: ``POST /v1/responses``, ``Authorization:
+  Bearer``, events ending in ``response.completed``.
+
+A Chat Completions format is one more subclass with its path. Every format uses SSE framing
+(``event:``/``data:`` blocks split by :mod:`.sse`); what an event means is the format's.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from typing import Any
+
+from durable_harness.adapters.sse import assemble_message, error_event, events_for_message
+
+__all__ = ["ANTHROPIC", "AnthropicMessages", "WireFormat"]
+
+
+class WireFormat(abc.ABC):
+    """One model API as the proxy sees it."""
+
+    name: str
+    #: The journaled path (query string ignored).
+    path: str
+    #: Other POST paths forwarded upstream unjournaled (they cost nothing, change nothing).
+    plain_paths: tuple[str, ...] = ()
+    #: The event that ends a good stream: held back until the outcome is recorded.
+    final_event: str
+    #: Events that end a stream as a failure: passed on, never recorded.
+    error_events: frozenset[str] = frozenset({"error"})
+
+    @abc.abstractmethod
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that carry the harness's key upstream."""
+
+    @abc.abstractmethod
+    def error_body(self, kind: str, message: str) -> dict[str, Any]:
+        """An error response body in this API's shape (the proxy's own errors)."""
+
+    @abc.abstractmethod
+    def error_event(self, kind: str, message: str) -> str:
+        """An in-stream error event (the proxy's report of a malformed upstream stream)."""
+
+    @abc.abstractmethod
+    def assemble(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        """The JSON response a stream describes (parsed event data, final event included)."""
+
+    @abc.abstractmethod
+    def is_response(self, body: Any) -> bool:
+        """Whether a non-streamed JSON reply is a whole response of this API."""
+
+    @abc.abstractmethod
+    def events_for(self, response: dict[str, Any]) -> list[str]:
+        """SSE event texts for a JSON response (a streaming request replaying a JSON answer)."""
+
+    @abc.abstractmethod
+    def meta(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Journal metadata of a response: ``input_tokens``, ``output_tokens``,
+        ``stop_reason``, ``message_id``, ``tool_use_ids``."""
+
+
+class AnthropicMessages(WireFormat):
+    name = "anthropic-messages"
+    path = "/v1/messages"
+    plain_paths = ("/v1/messages/count_tokens",)
+    final_event = "message_stop"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-api-key": api_key}
+
+    def error_body(self, kind: str, message: str) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def error_event(self, kind: str, message: str) -> str:
+        return error_event(kind, message)
+
+    def assemble(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        return assemble_message(events)
+
+    def is_response(self, body: Any) -> bool:
+        return isinstance(body, dict) and body.get("type") == "message"
+
+    def events_for(self, response: dict[str, Any]) -> list[str]:
+        return events_for_message(response)
+
+    def meta(self, response: dict[str, Any]) -> dict[str, Any]:
+        usage = response.get("usage") or {}
+        return {
+            "input_tokens": int(usage.get("input_tokens") or 0)
+            + int(usage.get("cache_read_input_tokens") or 0)
+            + int(usage.get("cache_creation_input_tokens") or 0),
+            "output_tokens": int(usage.get("output_tokens") or 0),
+            "stop_reason": response.get("stop_reason"),
+            "message_id": response.get("id"),
+            "tool_use_ids": [
+                b.get("id") for b in response.get("content") or [] if b.get("type") == "tool_use"
+            ],
+        }
+
+
+ANTHROPIC = AnthropicMessages()
+
+
+def error_text(data: bytes | str) -> str:
+    """A short ``type: message`` of an error body or event, whatever the API's shape."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    for line in text.splitlines() or [text]:
+        payload = line.removeprefix("data: ")
+        try:
+            value = json.loads(payload)
+        except ValueError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        error = value.get("error")
+        if not isinstance(error, dict) and isinstance(value.get("response"), dict):
+            error = value["response"].get("error")  # Responses: response.failed
+        if not isinstance(error, dict) and value.get("type") == "error":
+            error = value  # Responses: a bare error event
+        if isinstance(error, dict):
+            kind = error.get("type") or error.get("code") or "error"
+            return f"{kind}: {error.get('message', '')}".strip()
+    return text[:300]

@@ -1,0 +1,157 @@
+# ruff: noqa: E501  (the fake model script below keeps one rule per line)
+"""What the codex tests share: the scripted turn and process helpers.
+
+The turn (prompt "add a pricing page"), as the fake model scripts it over the Responses API:
+
+1. model -> ``exec_command``: makes ``site/index.html`` (content ``PRICING-42``), appends a
+   line to ``bash_runs.txt``, sleeps ``sleep`` seconds, prints ``BASH-42``;
+2. model -> ``exec_command``: writes ``site/pricing.html``, appends to ``write_runs.txt``,
+   prints ``WROTE-2``;
+3. model -> the final reply.
+
+After a resume the model behaves as a careful one: told a call MAY OR MAY NOT HAVE
+HAPPENED, it checks (``cat site/index.html``, marked safe by the agent config) and only
+redoes step 1 if its effect is absent. Markers are computed by the shell, so they appear in
+the conversation only as tool output, never in a command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+from claude_cases import alive, cmdline, descendants, lines
+from support import Harness, make_harness
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE.parent / "fixtures"
+PROMPT = "add a pricing page"
+FINAL = "Pricing page added."
+SECOND_PROMPT = "what did you do in the previous turn?"
+SECOND_REPLY = "Earlier I added the pricing page."
+AGENT_CONFIG = FIXTURES / "codex_agent.toml"
+WRITE = "printf '<h1>Pricing</h1>\\\\n' > site/pricing.html && echo ran >> write_runs.txt && echo WROTE-$((1+1))"
+
+_SCRIPT = """
+[[rule]]
+name = "second"
+when.last_user_text = "{second_prompt}"
+when.conversation = "{final}"
+reply.text = "{second_reply}"
+
+[[rule]]
+name = "final"
+when.conversation = "WROTE-2"
+reply.text = "{final}"
+
+[[rule]]
+name = "write"
+when.conversation = "BASH-42"
+reply.tool_use = [ {{ name = "exec_command", input = {{ cmd = "{write}", yield_time_ms = 30000 }} }} ]
+
+[[rule]]
+name = "write-after-check"
+when.conversation = "PRICING-42"
+reply.tool_use = [ {{ name = "exec_command", input = {{ cmd = "{write}", yield_time_ms = 30000 }} }} ]
+
+[[rule]]
+name = "redo"
+when.conversation = "No such file"
+reply.tool_use = [ {{ name = "exec_command", input = {{ cmd = "{bash}", yield_time_ms = 30000 }} }} ]
+
+[[rule]]
+name = "check"
+when.conversation = "MAY OR MAY NOT HAVE HAPPENED"
+reply.tool_use = [ {{ name = "exec_command", input = {{ cmd = "cat site/index.html", yield_time_ms = 30000 }} }} ]
+
+[[rule]]
+name = "bash"
+reply.text = "Let me set up the site."
+reply.tool_use = [ {{ name = "exec_command", input = {{ cmd = "{bash}", yield_time_ms = 30000 }} }} ]
+reply.chunk_delay_ms = {chunk_delay_ms}
+{fault}
+"""
+
+
+def bash_command(sleep: float) -> str:
+    pause = f" && sleep {sleep}" if sleep else ""
+    return (
+        "mkdir -p site && printf 'PRICING-%s\\\\n' $((6*7)) > site/index.html && "
+        f"echo ran >> bash_runs.txt{pause} && echo BASH-$((40+2))"
+    )
+
+
+def write_script(
+    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+) -> Path:
+    script = tmp / "script.toml"
+    script.write_text(
+        _SCRIPT.format(
+            bash=bash_command(sleep),
+            write=WRITE,
+            final=FINAL,
+            second_prompt=SECOND_PROMPT,
+            second_reply=SECOND_REPLY,
+            chunk_delay_ms=chunk_delay_ms,
+            fault=f'reply.stream_fault = "{fault}"' if fault else "",
+        )
+    )
+    return script
+
+
+def codex_harness(
+    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+) -> Iterator[Harness]:
+    (tmp / "ws").mkdir()
+    script = write_script(tmp, sleep=sleep, chunk_delay_ms=chunk_delay_ms, fault=fault)
+    for h in make_harness(tmp, script):
+        h.env["OPENAI_BASE_URL"] = h.server.url
+        h.env.pop("OPENAI_API_KEY", None)
+        h.env["DURABLE_HARNESS_UNSAFE_HOST_AGENT"] = "1"
+        yield h
+
+
+def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
+    return [
+        "run",
+        "--agent",
+        "codex",
+        "--workspace",
+        str(h.tmp / "ws"),
+        "--agent-config",
+        str(AGENT_CONFIG),
+        *extra,
+        prompt,
+    ]
+
+
+def bash_runs(h: Harness) -> int:
+    return len(lines(h.tmp / "ws" / "bash_runs.txt"))
+
+
+def write_runs(h: Harness) -> int:
+    return len(lines(h.tmp / "ws" / "write_runs.txt"))
+
+
+def kill_worker_and_cli(worker_pid: int) -> list[int]:
+    """SIGKILL the worker and the process group of its CLI; returns the pids below it."""
+    below = descendants(worker_pid)
+    cli = [p for p in below if "codex" in cmdline(p) and "reaper.py" not in cmdline(p)]
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(worker_pid, signal.SIGKILL)
+    for pid in cli:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+    return below
+
+
+def cli_processes() -> list[int]:
+    """Processes of any codex launch (their command lines or environment name the HOME)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and "durable-harness-codex-" in cmdline(int(entry.name)):
+            pids.append(int(entry.name))
+    return alive(pids)

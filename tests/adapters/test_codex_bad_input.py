@@ -1,0 +1,71 @@
+"""codex bad input: one clear error each, nothing recorded as finished that did not finish."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from claude_cases import TOOLS
+from codex_cases import codex_harness, run_args
+from support import Harness, ids_of
+from test_claude_bad_input import no_turns, one_line_error
+
+from durable_harness.adapters.codex import CODEX_VERSION
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    yield from codex_harness(tmp_path)
+
+
+def test_host_folder_without_the_opt_in(h: Harness) -> None:
+    out = h.cli(*run_args(h), DURABLE_HARNESS_UNSAFE_HOST_AGENT="")
+    one_line_error(out, "runs only inside Docker", "--workspace docker", "UNSAFE_HOST_AGENT=1")
+    no_turns(h)
+
+
+def test_docker_workspace_is_not_wired_yet(h: Harness) -> None:
+    args = run_args(h)
+    args[args.index(str(h.tmp / "ws"))] = "docker"
+    one_line_error(h.cli(*args), "Docker workspace", "codex")
+    no_turns(h)
+
+
+def test_host_tools_are_refused(h: Harness) -> None:
+    one_line_error(h.cli(*run_args(h, "--tools", TOOLS)), "--tools", "codex")
+    no_turns(h)
+
+
+def test_wrong_cli_version(h: Harness, tmp_path: Path) -> None:
+    fake = tmp_path / "codex"
+    fake.write_text("#!/bin/sh\necho 'codex-cli 0.1.0'\n")
+    fake.chmod(0o755)
+    out = h.cli(*run_args(h), DURABLE_HARNESS_CODEX_BIN=str(fake))
+    one_line_error(out, "0.1.0", CODEX_VERSION, "scripts/setup")
+    no_turns(h)
+
+
+def _failed_model_turn(h: Harness, **env: str) -> tuple[str, str]:
+    out = h.cli(*run_args(h), DURABLE_HARNESS_CODEX_MAX_RETRIES="0", **env)
+    assert out.returncode == 1, out.stderr
+    show = h.show(ids_of(out)["turn"])
+    assert show["turn"]["status"] == "queued"  # released for a later retry, not lost
+    models = [s for s in show["steps"] if s["kind"] == "model"]
+    assert models and all(s["status"] == "intent" for s in models), show
+    assert all(s["status"] != "done" for s in show["steps"])
+    return out.stderr, str(show["turn"]["error"])
+
+
+def test_upstream_unreachable(h: Harness) -> None:
+    stderr, error = _failed_model_turn(h, OPENAI_BASE_URL="http://127.0.0.1:9")
+    assert "cannot reach the model endpoint http://127.0.0.1:9" in error, stderr
+    assert "will be resumed" in error
+
+
+@pytest.mark.parametrize("fault", ["malformed", "drop"])
+def test_broken_upstream_stream(tmp_path: Path, fault: str) -> None:
+    for h in codex_harness(tmp_path, fault=fault):
+        stderr, error = _failed_model_turn(h)
+        expected = "malformed stream" if fault == "malformed" else "stream broke off"
+        assert expected in error, (error, stderr)
