@@ -310,7 +310,6 @@ class _Launch:
                     # could switch the journaling extension's hooks off.
                     "--no-extensions", "-e", str(EXTENSION),
                     "--no-skills", "--no-prompt-templates", "--no-themes",
-                    str(plan["message"]),
                 ]  # fmt: skip
                 finished = run_supervised(
                     command,
@@ -318,6 +317,8 @@ class _Launch:
                     env=self._env(home, endpoint),
                     proxy=proxy,
                     on_line=lambda line: self._event(line, events),
+                    # On stdin, not argv: a prompt can look like a flag or an @file.
+                    stdin=str(plan["message"]).encode(),
                 )
             reply = self._reply(events, finished.status, finished.stderr, proxy)
             final = session.read_bytes() if session.exists() else b""
