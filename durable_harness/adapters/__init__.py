@@ -1,4 +1,4 @@
-"""Adapters: one module per agent (builtin, claude_code; codex, opencode, pi to come).
+"""Adapters: one module per agent (builtin, claude_code, pi; codex, opencode to come).
 
 ``get_adapter(name)`` imports the chosen module lazily. The CLI adapters share the
 journaling model proxy (``proxy.py``) and the request canonicalizers (``canonical.py``).
