@@ -32,7 +32,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -212,9 +212,8 @@ def _replay(run: TurnRun) -> str:
 class _Events:
     """What a launch's ``--mode json`` output said."""
 
-    last_assistant: dict[str, Any] | None = None
-    ended: bool = False
-    texts: list[str] = field(default_factory=list)
+    last_assistant: dict[str, Any] | None = None  # the newest finished assistant message
+    ended: bool = False  # agent_end arrived: Pi finished the turn
 
 
 class _Launch:

@@ -110,3 +110,46 @@ def test_cli_gets_only_the_proxy_token(tmp_path: Path) -> None:
     assert provider["baseUrl"].startswith("http://127.0.0.1:")
     assert provider["apiKey"] != "sk-provider-secret" and len(provider["apiKey"]) > 30
     assert "sk-provider-secret" not in (tmp_path / "env.txt").read_text()
+
+
+_TWO_TOOLS = """
+[[rule]]
+name = "final"
+when.conversation = "Successfully wrote"
+reply.text = "Both done."
+
+[[rule]]
+name = "two"
+reply.tool_use = [
+  {{ name = "bash", input = {{ command = "echo ran >> bash_runs.txt && echo BASH-$((40+2))" }} }},
+  {{ name = "write", input = {{ path = "{ws}/notes.txt", content = "two tools\\n" }} }},
+]
+"""
+
+
+def test_two_tool_calls_in_one_reply(tmp_path: Path) -> None:
+    """One model reply with two tool calls (Pi runs them in parallel): each is journaled
+    on its own, both finish, and the turn replays with 0 upstream calls."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "script.toml"
+    script.write_text(_TWO_TOOLS.format(ws=ws))
+    for h in make_harness(tmp_path, script):
+        out = h.cli(*run_args(h, prompt="do two things"))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == "Both done."
+        turn = ids_of(out)["turn"]
+        show = h.show(turn)
+        assert [(s["kind"], s["name"], s["status"]) for s in show["steps"]] == [
+            ("agent", "pi", "done"),
+            ("model", MODEL, "done"),
+            ("tool", "bash", "done"),
+            ("tool", "write", "done"),
+            ("model", MODEL, "done"),
+        ], dump(show)
+        assert bash_runs(h) == 1 and (ws / "notes.txt").read_text() == "two tools\n"
+        calls = len(h.requests())
+        replay = h.cli("replay", turn)
+        assert replay.returncode == 0, replay.stderr
+        assert replay.stdout.strip() == "Both done." and len(h.requests()) == calls
+        assert bash_runs(h) == 1
