@@ -53,8 +53,9 @@ class Saved:
 class TranscriptStore:
     """Append-only transcript saves as linked delta blobs (see the module docstring)."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, record_prefix: str = "claude-code") -> None:
         self.world = world
+        self.record_prefix = record_prefix  # another CLI adapter keeps its saves apart
         self._last: tuple[Saved, bytes] | None = None
 
     def save(self, data: bytes) -> Saved:
@@ -88,13 +89,16 @@ class TranscriptStore:
         return data
 
     def point(self, session_id: str, turn_id: str, epoch: int, saved: Saved) -> None:
-        self.world.put_session_record(session_id, f"claude-code/{turn_id}/{epoch}", saved.digest)
+        name = f"{self.record_prefix}/{turn_id}/{epoch}"
+        self.world.put_session_record(session_id, name, saved.digest)
 
 
-def latest_turn_transcript(world: World, session_id: str, turn_id: str, epoch: int) -> str | None:
+def latest_turn_transcript(
+    world: World, session_id: str, turn_id: str, epoch: int, record_prefix: str = "claude-code"
+) -> str | None:
     """The newest transcript save of the turn by an earlier lease epoch, or None."""
     for older in range(epoch - 1, -1, -1):
-        digest = world.get_session_record(session_id, f"claude-code/{turn_id}/{older}")
+        digest = world.get_session_record(session_id, f"{record_prefix}/{turn_id}/{older}")
         if digest is not None:
             return digest
     return None
@@ -152,15 +156,23 @@ def transcript_facts(data: bytes) -> TranscriptFacts:
     return TranscriptFacts(frozenset(uses), frozenset(results), frozenset(messages))
 
 
-def resume_message(world: World, prompt: str, steps: list[Step], transcript: bytes) -> str:
+def resume_message(
+    world: World,
+    prompt: str,
+    steps: list[Step],
+    transcript: bytes,
+    facts_of: Callable[[bytes], TranscriptFacts] | None = None,
+) -> str:
     """The prompt that continues an interrupted turn, written from its journal.
 
     Lists every tool call of the turn the journal knows of: finished (quoting the result
     if the restored transcript lacks it), possibly ran (the model must check before
     repeating it), interrupted but safe to repeat, or never started. Model replies the
     restored transcript lacks are quoted too, so they are not asked for again.
+    ``facts_of`` reads another CLI's session record (default: Claude Code's transcript).
     """
-    return compose_resume_message(world, prompt, steps, transcript_facts(transcript), _lost_reply)
+    facts = (facts_of or transcript_facts)(transcript)
+    return compose_resume_message(world, prompt, steps, facts, _lost_reply)
 
 
 def compose_resume_message(
