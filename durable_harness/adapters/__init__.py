@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 ADAPTERS: dict[str, str] = {
     "builtin": "durable_harness.adapters.builtin:BuiltinAdapter",
     "claude-code": "durable_harness.adapters.claude_code:ClaudeCodeAdapter",
+    "opencode": "durable_harness.adapters.opencode:OpenCodeAdapter",
 }
 PLANNED = tuple(n for n in ("codex", "opencode", "pi") if n not in ADAPTERS)
 AVAILABLE = tuple(ADAPTERS)

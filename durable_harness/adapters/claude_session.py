@@ -29,10 +29,12 @@ from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
 
 __all__ = [
     "Saved",
+    "TranscriptFacts",
     "TranscriptStore",
     "latest_turn_transcript",
     "previous_turn_transcript",
     "resume_message",
+    "resume_message_from_facts",
     "transcript_facts",
 ]
 
@@ -157,7 +159,14 @@ def resume_message(world: World, prompt: str, steps: list[Step], transcript: byt
     repeating it), interrupted but safe to repeat, or never started. Model replies the
     restored transcript lacks are quoted too, so they are not asked for again.
     """
-    facts = transcript_facts(transcript)
+    return resume_message_from_facts(world, prompt, steps, transcript_facts(transcript))
+
+
+def resume_message_from_facts(
+    world: World, prompt: str, steps: list[Step], facts: TranscriptFacts
+) -> str:
+    """:func:`resume_message` for a CLI whose session record is read by the adapter itself
+    (``facts``: which tool calls, results and replies the restored record holds)."""
     lines: list[str] = []
     tool_steps = {s.key.removeprefix("tool:"): s for s in steps if s.kind == "tool"}
     for step in steps:
