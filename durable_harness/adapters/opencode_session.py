@@ -142,8 +142,10 @@ def _page_size(data: bytes) -> int:
 
 def _connect(data: bytes) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
-    if data:
-        conn.deserialize(data)
+    if len(data) >= 20:
+        # An in-memory database cannot be in WAL mode: read the copy as a rollback-journal
+        # database (header bytes 18-19 are the read/write format versions).
+        conn.deserialize(data[:18] + b"\x01\x01" + data[20:])
     return conn
 
 

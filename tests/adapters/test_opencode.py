@@ -1,0 +1,89 @@
+"""The opencode agent end to end: the real OpenCode CLI (the pinned version from
+scripts/setup) against the scripted fake model, through the journaling proxy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from claude_cases import bash_runs, dump, model_keys, upstream_keys
+from opencode_cases import (
+    FINAL,
+    SECOND_PROMPT,
+    SECOND_REPLY,
+    opencode_harness,
+    run_args,
+)
+from support import Harness, ids_of
+
+from durable_harness.adapters import get_adapter
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    yield from opencode_harness(tmp_path)
+
+
+def test_two_tool_turn(h: Harness) -> None:
+    out = h.cli(*run_args(h))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == FINAL
+    show = h.show(ids_of(out)["turn"])
+    kinds = [(s["kind"], s["name"]) for s in show["steps"]]
+    assert kinds == [
+        ("agent", "opencode"),
+        ("model", "claude-sonnet-4-5"),  # the title request
+        ("model", "claude-sonnet-4-5"),
+        ("tool", "bash"),
+        ("model", "claude-sonnet-4-5"),
+        ("tool", "write"),
+        ("model", "claude-sonnet-4-5"),
+    ], dump(show)
+    assert all(s["status"] == "done" and s["how"] == "live" for s in show["steps"])
+    assert (h.tmp / "ws" / "site" / "pricing.html").read_text() == "<h1>Pricing</h1>\n"
+    assert bash_runs(h) == 1
+    # Every model call (the title request too) reached the fake model once, keyed as the
+    # journal keyed it, with the proxy's key (never the CLI's token) sent upstream.
+    assert [r["rule"] for r in h.requests()] == ["title", "bash", "write", "final"]
+    assert sorted(upstream_keys(h)) == sorted(model_keys(show))
+    assert all(r["api_key_sent"] for r in h.requests())
+
+
+def test_finished_turn_replays_with_zero_upstream_calls(h: Harness) -> None:
+    out = h.cli(*run_args(h))
+    assert out.returncode == 0, out.stderr
+    turn = ids_of(out)["turn"]
+    calls = len(h.requests())
+    replay = h.cli("replay", turn)
+    assert replay.returncode == 0, replay.stderr
+    assert replay.stdout.strip() == FINAL
+    assert len(h.requests()) == calls  # 0 upstream calls
+    assert bash_runs(h) == 1  # no tool ran again
+    # With the model switched off entirely, the replay still answers from the journal.
+    h.server.stop()
+    offline = h.cli("replay", turn, ANTHROPIC_BASE_URL="http://127.0.0.1:9")
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stdout.strip() == FINAL
+
+
+def test_second_turn_sees_the_first(h: Harness) -> None:
+    first = h.cli(*run_args(h))
+    assert first.returncode == 0, first.stderr
+    session = ids_of(first)["session"]
+    second = h.cli(*run_args(h, "--session", session, prompt=SECOND_PROMPT))
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().splitlines()[-1] == SECOND_REPLY
+    last = h.requests()[-1]
+    assert last["rule"] == "second"  # matched on the first turn's reply in the history
+    assert bash_runs(h) == 1
+
+
+def test_host_tools_are_refused_with_one_line(h: Harness) -> None:
+    out = h.cli(*run_args(h, "--tools", "x.py:TOOLS"))
+    assert out.returncode == 2
+    assert "does not serve host tools" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_registered() -> None:
+    assert get_adapter("opencode").name == "opencode"
