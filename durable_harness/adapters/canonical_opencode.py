@@ -9,14 +9,15 @@ holds replaced by a reference to their outcome; only ``anthropic-version`` and
 which carry OpenCode's per-run session id, do not).
 
 Measured on its real traffic against the fake model (two runs of one prompt in two
-private HOMEs; a resumed launch; ``tests/adapters/test_canonical_opencode.py``), the
-volatile text is in the ``<env>`` block of the system prompt:
+private HOMEs, ``tests/adapters/test_canonical_opencode.py``; the kill matrix's replays
+check resumed launches), the volatile text is in the ``<env>`` block of the system
+prompt:
 
 * ``Today's date: Sun Nov 29 2026``: a resumed turn may run on another day;
 * ``Is directory a git repo: yes|no``: a turn that runs ``git init`` changes it for
   every later launch (a resume, a replay);
-* the private HOME folder's path, per launch (it appears in paths of skills and
-  instructions loaded from the config folder).
+* the private HOME folder's path, which is per launch (none appeared in the measured
+  requests, but a skill or instruction file from the config folder would show it).
 
 The working directory and workspace root stay: they come from the turn's configuration.
 Each run starts with a title request (the small model, no tools, the prompt quoted); it
