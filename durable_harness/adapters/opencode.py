@@ -82,7 +82,13 @@ from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Replay
 from durable_harness.worlds.base import StepStatus
 
-__all__ = ["OPENCODE_VERSION", "OpenCodeAdapter", "OpenCodeReplayPolicy", "find_opencode"]
+__all__ = [
+    "OPENCODE_VERSION",
+    "OpenCodeAdapter",
+    "OpenCodeReplayPolicy",
+    "find_opencode",
+    "prepare_home",
+]
 
 #: The one OpenCode version this adapter's rules were measured on (scripts/setup).
 OPENCODE_VERSION = "1.18.33"
@@ -340,45 +346,8 @@ class _Launch:
         return result
 
     def _prepare(self, home: Path, url: str, token: str) -> dict[str, str]:
-        """Write the private config folder (provider, plugin, endpoint); the environment."""
-        config_dir = home / ".config" / "opencode"
-        (config_dir / "plugin").mkdir(parents=True)
         model = str(self.run_.config.get("model") or self.run_.settings.model)
-        config = {
-            "$schema": "https://opencode.ai/config.json",
-            "provider": {
-                PROVIDER: {
-                    "npm": "@ai-sdk/anthropic",  # bundled in the binary: nothing is fetched
-                    "name": "durable-harness",
-                    "options": {"baseURL": f"{url}/v1", "apiKey": token},
-                    "models": {model: {"name": model}},
-                }
-            },
-            "model": f"{PROVIDER}/{model}",
-            "small_model": f"{PROVIDER}/{model}",
-            "permission": {"bash": "allow", "edit": "allow", "webfetch": "allow"},
-            "autoupdate": False,
-            "share": "disabled",
-        }
-        (config_dir / "opencode.json").write_text(json.dumps(config, indent=1))
-        plugin = resources.files("durable_harness.adapters").joinpath(PLUGIN_FILE)
-        (config_dir / "plugin" / "durable-harness.js").write_bytes(plugin.read_bytes())
-        # OpenCode installs @opencode-ai/plugin into a config folder at start unless a
-        # lock file already lists it; offline that install waits ~70 s and fails. The
-        # plugin imports nothing from it, so a lock that lists it is all that is needed.
-        (config_dir / "node_modules").mkdir()
-        dependency = {"@opencode-ai/plugin": OPENCODE_VERSION}
-        (config_dir / "package.json").write_text(json.dumps({"dependencies": dependency}))
-        lock = {"packages": {"": {"dependencies": dependency}}}
-        (config_dir / "package-lock.json").write_text(json.dumps(lock))
-        endpoint = home / "durable-harness-endpoint.json"
-        endpoint.write_text(json.dumps({"url": url, "token": token}))
-        endpoint.chmod(0o600)
-        return {
-            **_base_env(home),
-            **_OPENCODE_ENV,
-            "DURABLE_HARNESS_ENDPOINT": str(endpoint),
-        }
+        return prepare_home(home, model_url=url, harness_url=url, token=token, model=model)
 
     def _saver(self, database: Path) -> Any:
         def before_intent(reported: str | None, tool_use_id: str) -> None:
@@ -451,6 +420,51 @@ class _Launch:
                 f"{stderr.strip()[-500:] or 'no output'}"
             )
         return "".join(events.texts)
+
+
+def prepare_home(
+    home: Path, *, model_url: str, harness_url: str, token: str, model: str
+) -> dict[str, str]:
+    """Write a launch's private config folder below ``home`` (the provider pointed at
+    ``model_url`` with ``token`` as its key, the journaling plugin, the endpoint file
+    naming ``harness_url``) and return OpenCode's environment."""
+    config_dir = home / ".config" / "opencode"
+    (config_dir / "plugin").mkdir(parents=True)
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {
+            PROVIDER: {
+                "npm": "@ai-sdk/anthropic",  # bundled in the binary: nothing is fetched
+                "name": "durable-harness",
+                "options": {"baseURL": f"{model_url}/v1", "apiKey": token},
+                "models": {model: {"name": model}},
+            }
+        },
+        "model": f"{PROVIDER}/{model}",
+        "small_model": f"{PROVIDER}/{model}",
+        "permission": {"bash": "allow", "edit": "allow", "webfetch": "allow"},
+        "autoupdate": False,
+        "share": "disabled",
+    }
+    (config_dir / "opencode.json").write_text(json.dumps(config, indent=1))
+    plugin = resources.files("durable_harness.adapters").joinpath(PLUGIN_FILE)
+    (config_dir / "plugin" / "durable-harness.js").write_bytes(plugin.read_bytes())
+    # OpenCode installs @opencode-ai/plugin into a config folder at start unless a
+    # lock file already lists it; offline that install waits ~70 s and fails. The
+    # plugin imports nothing from it, so a lock that lists it is all that is needed.
+    (config_dir / "node_modules").mkdir()
+    dependency = {"@opencode-ai/plugin": OPENCODE_VERSION}
+    (config_dir / "package.json").write_text(json.dumps({"dependencies": dependency}))
+    lock = {"packages": {"": {"dependencies": dependency}}}
+    (config_dir / "package-lock.json").write_text(json.dumps(lock))
+    endpoint = home / "durable-harness-endpoint.json"
+    endpoint.write_text(json.dumps({"url": harness_url, "token": token}))
+    endpoint.chmod(0o600)
+    return {
+        **_base_env(home),
+        **_OPENCODE_ENV,
+        "DURABLE_HARNESS_ENDPOINT": str(endpoint),
+    }
 
 
 def _base_env(home: Path) -> dict[str, str]:
