@@ -79,11 +79,5 @@ def test_second_turn_sees_the_first(h: Harness) -> None:
     assert bash_runs(h) == 1
 
 
-def test_host_tools_are_refused_with_one_line(h: Harness) -> None:
-    out = h.cli(*run_args(h, "--tools", "x.py:TOOLS"))
-    assert out.returncode == 2
-    assert "does not serve host tools" in out.stderr and len(out.stderr.splitlines()) == 1
-
-
 def test_registered() -> None:
     assert get_adapter("opencode").name == "opencode"
