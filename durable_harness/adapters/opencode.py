@@ -60,6 +60,7 @@ from durable_harness.adapters.cli_run import (
     supervise,
 )
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
+from durable_harness.adapters.mcp import SERVER_NAME
 from durable_harness.adapters.opencode_session import (
     DatabaseStore,
     database_facts,
@@ -68,6 +69,7 @@ from durable_harness.adapters.opencode_session import (
     snapshot,
     tool_call_ids,
 )
+from durable_harness.adapters.opencode_tools import HOST_TOOL_PREFIX, CallIds, OpenCodeHostTools
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.errors import (
     ConfigError,
@@ -79,7 +81,7 @@ from durable_harness.harness.errors import (
 from durable_harness.harness.journal import Journal, Outcome, StepResult, decode_output
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
-from durable_harness.harness.tools import Replay
+from durable_harness.harness.tools import Replay, Tool, load_tools
 from durable_harness.worlds.base import StepStatus
 
 __all__ = [
@@ -194,11 +196,8 @@ class OpenCodeAdapter(Adapter):
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
         host_workspace(config, self.name)
-        if config.get("tools"):
-            raise ConfigError(
-                "the opencode agent does not serve host tools (--tools) yet: use the "
-                "builtin or claude-code agent for them"
-            )
+        for spec in config.get("tools", []):
+            load_tools(spec)
         _config(config)
         resolve_endpoint(config.get("base_url"))
         check_version(find_opencode())
@@ -256,6 +255,8 @@ class _Launch:
         self.turn = run.turn
         self.workspace = host_workspace(run.config, "opencode")
         self.config = _config(run.config)
+        specs = run.config.get("tools", [])
+        self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
         self.store = DatabaseStore(self.world)
         self._save_lock = threading.Lock()
 
@@ -277,11 +278,14 @@ class _Launch:
     def _close_interrupted(self) -> None:
         """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
         policy = OpenCodeReplayPolicy(self.config)
+        host = {t.name: t for t in self.tools}
         for step in list(self.journal.recorded.values()):
             if step.kind != "tool" or step.status is not StepStatus.INTENT:
                 continue
             tool_input = json.loads(stored_input(self.world, step))
-            if policy.label(step.name, tool_input) == "never":
+            host_tool = host.get(step.name)
+            label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
+            if label == "never":
                 self.journal.begin_keyed(
                     kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
                 )
@@ -308,10 +312,18 @@ class _Launch:
             hooks = ToolHooks(
                 self.journal,
                 OpenCodeReplayPolicy(self.config),
-                host_tool_prefix=f"{PROVIDER}_",
+                host_tool_prefix=HOST_TOOL_PREFIX,
                 before_intent=None if self.journal.replay_only else self._saver(database),
             )
-            callbacks = ProxyCallbacks(on_request=self._on_request(hooks), control=hooks.handle)
+            call_ids = CallIds()
+            mcp = OpenCodeHostTools(
+                self.journal, self.tools, self.turn.session_id, call_ids=call_ids
+            )
+            callbacks = ProxyCallbacks(
+                on_request=self._on_request(hooks),
+                control=call_ids.control(hooks.handle),
+                mcp=mcp.handle,
+            )
             proxy = JournalingProxy(
                 self.journal,
                 OpenCodeCanonicalizer(home=str(home)),
@@ -347,7 +359,9 @@ class _Launch:
 
     def _prepare(self, home: Path, url: str, token: str) -> dict[str, str]:
         model = str(self.run_.config.get("model") or self.run_.settings.model)
-        return prepare_home(home, model_url=url, harness_url=url, token=token, model=model)
+        return prepare_home(
+            home, model_url=url, harness_url=url, token=token, model=model, mcp=bool(self.tools)
+        )
 
     def _saver(self, database: Path) -> Any:
         def before_intent(reported: str | None, tool_use_id: str) -> None:
@@ -423,11 +437,12 @@ class _Launch:
 
 
 def prepare_home(
-    home: Path, *, model_url: str, harness_url: str, token: str, model: str
+    home: Path, *, model_url: str, harness_url: str, token: str, model: str, mcp: bool = False
 ) -> dict[str, str]:
     """Write a launch's private config folder below ``home`` (the provider pointed at
     ``model_url`` with ``token`` as its key, the journaling plugin, the endpoint file
-    naming ``harness_url``) and return OpenCode's environment."""
+    naming ``harness_url``, and with ``mcp`` the harness's host tools as a remote MCP
+    server) and return OpenCode's environment."""
     config_dir = home / ".config" / "opencode"
     (config_dir / "plugin").mkdir(parents=True)
     config = {
@@ -446,6 +461,15 @@ def prepare_home(
         "autoupdate": False,
         "share": "disabled",
     }
+    if mcp:
+        config["mcp"] = {
+            SERVER_NAME: {
+                "type": "remote",
+                "url": f"{harness_url}/mcp",
+                "headers": {"Authorization": f"Bearer {token}"},
+                "enabled": True,
+            }
+        }
     (config_dir / "opencode.json").write_text(json.dumps(config, indent=1))
     plugin = resources.files("durable_harness.adapters").joinpath(PLUGIN_FILE)
     (config_dir / "plugin" / "durable-harness.js").write_bytes(plugin.read_bytes())

@@ -28,11 +28,31 @@ from support import Harness, make_harness
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "fixtures"
+TOOLS = f"{FIXTURES / 'claude_tools.py'}:TOOLS"
 PROMPT = "add a pricing page"
 AGENT_CONFIG = FIXTURES / "claude_agent.toml"
 TITLE = "Pricing page"
 FINAL = "Pricing page added."
 SECOND_REPLY = "Earlier I added the pricing page."
+
+_FINAL = """
+[[rule]]
+name = "final"
+when.last_tool_name = "write"
+reply.text = "{final}"
+"""
+# With host tools: write, then the host tool notify (never, served over MCP), then the reply.
+_FINAL_AFTER_NOTIFY = """
+[[rule]]
+name = "final"
+when.conversation = "NOTIFIED-OK"
+reply.text = "{final}"
+
+[[rule]]
+name = "notify"
+when.last_tool_name = "write"
+reply.tool_use = [ {{ name = "durable-harness_notify", input = {{ text = "pricing page is live" }} }} ]
+"""
 
 _SCRIPT = """
 [[rule]]
@@ -46,10 +66,7 @@ when.last_user_text = "{second_prompt}"
 when.conversation = "{final}"
 reply.text = "{second_reply}"
 
-[[rule]]
-name = "final"
-when.last_tool_name = "write"
-reply.text = "{final}"
+{final_rules}
 
 [[rule]]
 name = "write"
@@ -79,10 +96,14 @@ reply.chunk_delay_ms = {chunk_delay_ms}
 """
 
 
-def write_script(tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0) -> Path:
+def write_script(
+    tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, notify: bool = False
+) -> Path:
     script = tmp / "script.toml"
+    final_rules = (_FINAL_AFTER_NOTIFY if notify else _FINAL).format(final=FINAL)
     script.write_text(
         _SCRIPT.format(
+            final_rules=final_rules,
             ws=ws,
             title=TITLE,
             bash=bash_command(sleep),
@@ -95,11 +116,15 @@ def write_script(tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int =
     return script
 
 
-def opencode_harness(tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0) -> Iterator[Harness]:
+def opencode_harness(
+    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, notify: bool = False
+) -> Iterator[Harness]:
     ws = tmp / "ws"
     ws.mkdir()
-    script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms)
-    yield from make_harness(tmp, script)
+    script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms, notify=notify)
+    for h in make_harness(tmp, script):
+        h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
+        yield h
 
 
 def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:

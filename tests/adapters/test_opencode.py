@@ -12,6 +12,7 @@ from opencode_cases import (
     FINAL,
     SECOND_PROMPT,
     SECOND_REPLY,
+    TOOLS,
     opencode_harness,
     run_args,
 )
@@ -77,6 +78,28 @@ def test_second_turn_sees_the_first(h: Harness) -> None:
     last = h.requests()[-1]
     assert last["rule"] == "second"  # matched on the first turn's reply in the history
     assert bash_runs(h) == 1
+
+
+def test_host_tool_over_mcp_keyed_by_the_call_id(tmp_path: Path) -> None:
+    """A host tool (notify, ``never``) served to OpenCode over MCP by the harness: one
+    journal step keyed by OpenCode's call id, run once, and not again on replay."""
+    for h in opencode_harness(tmp_path, notify=True):
+        out = h.cli(*run_args(h, "--tools", TOOLS))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == FINAL
+        turn = ids_of(out)["turn"]
+        show = h.show(turn)
+        tools = [(s["name"], s["status"]) for s in show["steps"] if s["kind"] == "tool"]
+        assert tools == [("bash", "done"), ("write", "done"), ("notify", "done")], dump(show)
+        notify = next(s for s in show["steps"] if s["name"] == "notify")
+        assert notify["key"].startswith("tool:toolu_")
+        ledger = (h.tmp / "notify.txt").read_text().splitlines()
+        assert ledger == [f"{turn}:{notify['seq']} pricing page is live"]
+        calls = len(h.requests())
+        replay = h.cli("replay", turn)
+        assert replay.returncode == 0, replay.stderr
+        assert replay.stdout.strip() == FINAL and len(h.requests()) == calls
+        assert len((h.tmp / "notify.txt").read_text().splitlines()) == 1
 
 
 def test_registered() -> None:

@@ -61,9 +61,3 @@ def test_bad_agent_config(h: Harness, tmp_path: Path) -> None:
     out = h.cli("run", "--agent", "opencode", "--workspace", ws, "--agent-config", str(bad), "x")
     one_line_error(out, "agent config", "replay.tools.bash")
     no_turns(h)
-
-
-def test_host_tools_are_refused(h: Harness) -> None:
-    out = h.cli(*run_args(h, "--tools", "x.py:TOOLS"))
-    one_line_error(out, "does not serve host tools")
-    no_turns(h)

@@ -1,6 +1,7 @@
 """The opencode kill matrix: the worker and OpenCode's process group are killed (-9) at
 each point of a turn, then a new worker finishes it. Counted at the fake model and in the
-workspace: model calls paid twice, never tools run twice, the final reply.
+workspace: model calls paid twice, never tools run twice (bash, and the host tool notify
+served over MCP), the final reply.
 
 Points (around the turn's bash call, a ``never`` tool, step 3: the launch is step 0, the
 title request step 1, the first model call step 2):
@@ -26,8 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from claude_cases import alive, bash_runs, dump, model_keys, upstream_keys, wait_for
-from opencode_cases import FINAL, kill_worker_and_cli, opencode_harness, run_args
+from claude_cases import (
+    alive,
+    bash_runs,
+    dump,
+    model_keys,
+    notify_runs,
+    upstream_keys,
+    wait_for,
+)
+from opencode_cases import FINAL, TOOLS, kill_worker_and_cli, opencode_harness, run_args
 from support import Harness
 
 from durable_harness.harness.crash import CRASH_EXIT_CODE
@@ -89,9 +98,12 @@ def _kill_when(h: Harness, proc: subprocess.Popen[str], point: Point) -> list[in
 
 @pytest.mark.parametrize("point", POINTS, ids=[p.name.replace(" ", "-") for p in POINTS])
 def test_kill_matrix(tmp_path: Path, point: Point) -> None:
-    for h in opencode_harness(tmp_path, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms):
+    harness = opencode_harness(
+        tmp_path, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms, notify=True
+    )
+    for h in harness:
         env = {"DURABLE_HARNESS_CRASH_AT": point.crash_at} if point.crash_at else {}
-        proc = h.popen(*run_args(h), **env)
+        proc = h.popen(*run_args(h, "--tools", TOOLS), **env)
         assert proc.stdout is not None
         turn_id = [proc.stdout.readline(), proc.stdout.readline()][1].split()[1]
         below = _kill_when(h, proc, point)
@@ -119,8 +131,9 @@ def test_kill_matrix(tmp_path: Path, point: Point) -> None:
         attempts = {s["key"]: s["attempts"] for s in after["steps"] if s["kind"] == "model"}
         assert dict(Counter(upstream_keys(h))) == attempts, dump(after)
 
-        # The never tool at most once: the bash effect.
+        # Never tools at most once: the bash effect and the host tool's ledger.
         assert bash_runs(h) == 1, (runs_at_kill, dump(after))
+        assert notify_runs(h) == 1
         first_bash = next(s for s in after["steps"] if s["name"] == "bash")
         assert first_bash["status"] == point.bash_status, dump(after)
 
@@ -130,7 +143,7 @@ def test_kill_matrix(tmp_path: Path, point: Point) -> None:
         replay = h.cli("replay", turn_id, timeout=300)
         assert replay.returncode == 0, replay.stderr
         assert replay.stdout.strip() == FINAL and len(h.requests()) == calls
-        assert bash_runs(h) == 1
+        assert bash_runs(h) == 1 and notify_runs(h) == 1
         _report(point, repeated, after)
 
 
@@ -140,7 +153,7 @@ def _report(point: Point, repeated: list[str], after: dict[str, object]) -> None
     row = {
         "point": point.name,
         "upstream calls repeated": len(repeated),
-        "never-tool runs (bash)": 1,
+        "never-tool runs (bash, notify)": "1, 1",
         "steps": " ".join(f"{s['kind']}:{s['name']}:{s['status']}" for s in steps),
         "final reply": FINAL,
     }
