@@ -10,7 +10,8 @@ each a journal step ``launch:<n>``. Inside a launch:
 * its tool calls are journaled by a plugin (``opencode_plugin.js``) whose
   ``tool.execute.before`` posts Claude-Code-shaped PreToolUse payloads to
   :class:`~.hooks.ToolHooks` and blocks the tool unless the harness allows it (fail
-  closed), with :class:`OpenCodeReplayPolicy` labels;
+  closed), with :class:`OpenCodeReplayPolicy` labels; the user's host tools are served
+  over MCP by the harness (:mod:`.opencode_tools`) under their own labels;
 * its session database is saved to the World before every tool intent and after the
   launch (:mod:`.opencode_session`).
 
