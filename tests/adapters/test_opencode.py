@@ -16,7 +16,7 @@ from opencode_cases import (
     opencode_harness,
     run_args,
 )
-from support import Harness, ids_of
+from support import Harness, ids_of, make_harness
 
 from durable_harness.adapters import get_adapter
 
@@ -104,3 +104,23 @@ def test_host_tool_over_mcp_keyed_by_the_call_id(tmp_path: Path) -> None:
 
 def test_registered() -> None:
     assert get_adapter("opencode").name == "opencode"
+
+
+def test_model_error_releases_the_turn(tmp_path: Path) -> None:
+    """A model call that fails (HTTP 400 from the model) ends the launch with the model's
+    error; the turn is left for a later delivery, its model step an intent."""
+    script = tmp_path / "script.toml"
+    script.write_text(
+        '[[rule]]\nname = "title"\nwhen.system = "You are a title generator"\n'
+        'reply.text = "T"\n\n[[rule]]\nname = "main"\n'
+        'reply.error = { type = "invalid_request_error", status = 400, message = "bad seed" }\n'
+    )
+    (tmp_path / "ws").mkdir()
+    for h in make_harness(tmp_path, script):
+        out = h.cli(*run_args(h))
+        assert out.returncode != 0
+        assert "the model call failed" in out.stderr and "bad seed" in out.stderr, out.stderr
+        show = h.show(ids_of(out)["turn"])
+        assert show["turn"]["status"] == "queued", dump(show)
+        statuses = [s["status"] for s in show["steps"] if s["kind"] == "model"]
+        assert "intent" in statuses, dump(show)
