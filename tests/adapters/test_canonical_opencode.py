@@ -123,8 +123,10 @@ def test_real_cli_same_prompt_same_keys(h: Harness) -> None:
     keys_2 = model_keys(h.show(ids_of(second)["turn"]))
     assert ids_of(first)["session"] != ids_of(second)["session"]
     assert len(keys_1) == 4 and keys_1 == keys_2
+    # Both turns asked the model (their journals are separate); the title request and the
+    # first call start together, in either order.
     rules = [r["rule"] for r in h.requests()]
-    assert rules == ["title", "bash", "write", "final"] * 2
+    assert sorted(rules) == sorted(["title", "bash", "write", "final"] * 2)
     (h.tmp / "ws" / "site" / "pricing.html").unlink()
     other = h.cli(*run_args(h, prompt="add a blog page"))
     assert other.returncode == 0, other.stderr
