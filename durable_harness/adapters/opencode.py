@@ -458,7 +458,15 @@ def prepare_home(
         },
         "model": f"{PROVIDER}/{model}",
         "small_model": f"{PROVIDER}/{model}",
-        "permission": {"bash": "allow", "edit": "allow", "webfetch": "allow"},
+        # The harness decides what runs (the plugin); OpenCode's own "ask" would be
+        # auto-rejected in a non-interactive run and end it. Paths outside the workspace
+        # are denied: the model gets an error and carries on inside the workspace.
+        "permission": {
+            "bash": "allow",
+            "edit": "allow",
+            "webfetch": "allow",
+            "external_directory": "deny",
+        },
         "autoupdate": False,
         "share": "disabled",
     }
