@@ -1,4 +1,4 @@
-"""Adapters: one module per agent (builtin, claude_code, codex, pi; opencode to come).
+"""Adapters: one module per agent (builtin, claude_code, codex, opencode, pi).
 
 ``get_adapter(name)`` imports the chosen module lazily. The CLI adapters share the
 journaling model proxy (``proxy.py``) and the request canonicalizers (``canonical.py``).
@@ -22,6 +22,7 @@ ADAPTERS: dict[str, str] = {
     "claude-code": "durable_harness.adapters.claude_code:ClaudeCodeAdapter",
     "codex": "durable_harness.adapters.codex:CodexAdapter",
     "pi": "durable_harness.adapters.pi:PiAdapter",
+    "opencode": "durable_harness.adapters.opencode:OpenCodeAdapter",
 }
 PLANNED = tuple(n for n in ("codex", "opencode", "pi") if n not in ADAPTERS)
 AVAILABLE = tuple(ADAPTERS)

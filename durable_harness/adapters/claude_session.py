@@ -36,6 +36,7 @@ __all__ = [
     "latest_turn_transcript",
     "previous_turn_transcript",
     "resume_message",
+    "resume_message_from_facts",
     "transcript_facts",
 ]
 
@@ -172,6 +173,14 @@ def resume_message(
     ``facts_of`` reads another CLI's session record (default: Claude Code's transcript).
     """
     facts = (facts_of or transcript_facts)(transcript)
+    return compose_resume_message(world, prompt, steps, facts, _lost_reply)
+
+
+def resume_message_from_facts(
+    world: World, prompt: str, steps: list[Step], facts: TranscriptFacts
+) -> str:
+    """:func:`resume_message` for a CLI on the Anthropic wire whose session record the
+    adapter reads itself (``facts``: which calls, results and replies it holds)."""
     return compose_resume_message(world, prompt, steps, facts, _lost_reply)
 
 

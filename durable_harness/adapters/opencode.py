@@ -1,0 +1,428 @@
+"""The opencode agent: the real ``opencode`` CLI (``opencode-ai`` 1.18.33) behind the
+journaling proxy.
+
+As for claude-code (:mod:`.claude_code`), one turn is one or more **launches** of the CLI,
+each a journal step ``launch:<n>``. Inside a launch:
+
+* OpenCode's provider is its bundled ``@ai-sdk/anthropic`` pointed at the
+  :class:`~.proxy.JournalingProxy`, with the per-launch token as its API key (never a
+  provider key); model calls are keyed by :class:`~.canonical_opencode.OpenCodeCanonicalizer`;
+* its tool calls are journaled by a plugin (``opencode_plugin.js``) whose
+  ``tool.execute.before`` posts Claude-Code-shaped PreToolUse payloads to
+  :class:`~.hooks.ToolHooks` and blocks the tool unless the harness allows it (fail
+  closed), with :class:`OpenCodeReplayPolicy` labels; the user's host tools are served
+  over MCP by the harness (:mod:`.opencode_tools`) under their own labels;
+* its session database is saved to the World before every tool intent and after the
+  launch (:mod:`.opencode_session`).
+
+OpenCode runs non-interactively (``opencode run --format json``) in the turn's workspace
+with a fresh private HOME and XDG folders, no auto-update, no models.dev fetch, no
+sharing, no project config (it could switch the plugin off), under :mod:`.reaper`. Which
+launch runs next:
+
+* the last launch finished: its reply, no CLI run;
+* a database of this turn was saved: restore it and continue the session
+  (``--session ses_…``) with a message written from the journal
+  (:func:`~.claude_session.resume_message_from_facts`);
+* otherwise the turn starts as it first did (the previous turn's database and the prompt),
+  so its first model calls are answered from the journal if they were recorded.
+
+``durable-harness replay`` runs the turn's last launch again, as recorded, with the proxy
+answering only from the journal: zero upstream calls, zero tool runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from durable_harness.adapters.base import Adapter, TurnRun
+from durable_harness.adapters.canonical_opencode import OpenCodeCanonicalizer
+from durable_harness.adapters.claude_session import (
+    LAUNCH_PREFIX,
+    previous_turn_transcript,
+    resume_message_from_facts,
+)
+from durable_harness.adapters.cli_run import (
+    host_workspace,
+    launch_steps,
+    progress,
+    stored_input,
+    supervise,
+)
+from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
+from durable_harness.adapters.opencode_home import (
+    OPENCODE_ENV,
+    OPENCODE_VERSION,
+    base_env,
+    prepare_home,
+)
+from durable_harness.adapters.opencode_session import (
+    DatabaseStore,
+    database_facts,
+    latest_turn_save,
+    root_session_id,
+    snapshot,
+    tool_call_ids,
+)
+from durable_harness.adapters.opencode_tools import HOST_TOOL_PREFIX, CallIds, OpenCodeHostTools
+from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
+from durable_harness.harness.errors import (
+    ConfigError,
+    DurableHarnessError,
+    ModelError,
+    ReplayDivergence,
+    TurnFailed,
+)
+from durable_harness.harness.journal import Journal, Outcome, StepResult, decode_output
+from durable_harness.harness.model import is_loopback, resolve_endpoint
+from durable_harness.harness.settings import Settings
+from durable_harness.harness.tools import Replay, Tool, load_tools
+from durable_harness.worlds.base import StepStatus
+
+__all__ = [
+    "OPENCODE_VERSION",
+    "OpenCodeAdapter",
+    "OpenCodeReplayPolicy",
+    "find_opencode",
+    "prepare_home",
+]
+
+BIN_ENV = "DURABLE_HARNESS_OPENCODE_BIN"
+_REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
+_FLUSH_WAIT = 3.0  # seconds the database may take to show a tool call before a save
+_PLUGIN_WAIT = 20.0  # seconds the first model call waits for proof the plugin is live
+_versions_seen: dict[str, str] = {}
+
+
+def find_opencode() -> str:
+    """The ``opencode`` binary: $DURABLE_HARNESS_OPENCODE_BIN, the project's pinned install
+    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
+    override = os.environ.get(BIN_ENV)
+    if override:
+        if not os.access(override, os.X_OK):
+            raise ConfigError(f"{BIN_ENV}={override!r} is not an executable file")
+        return override
+    pinned = _REPO_BIN / "opencode"
+    if os.access(pinned, os.X_OK):
+        return str(pinned)
+    found = shutil.which("opencode")
+    if found is None:
+        raise ConfigError(
+            f"OpenCode is not installed: run scripts/setup (it installs opencode-ai@"
+            f"{OPENCODE_VERSION} into .tools/npm), or set {BIN_ENV} to an opencode binary "
+            "of that version"
+        )
+    return found
+
+
+def check_version(binary: str) -> None:
+    """ConfigError unless ``binary --version`` is exactly :data:`OPENCODE_VERSION`."""
+    version = _versions_seen.get(binary)
+    if version is None:
+        with tempfile.TemporaryDirectory(prefix="durable-harness-opencode-") as home:
+            try:
+                out = subprocess.run(
+                    [binary, "--version"],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    env={**base_env(Path(home)), **OPENCODE_ENV},
+                    stdin=subprocess.DEVNULL,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ConfigError(f"cannot run {binary} --version: {exc}") from None
+        version = (out.stdout.split() or ["(nothing)"])[0]
+        _versions_seen[binary] = version
+    if version != OPENCODE_VERSION:
+        raise ConfigError(
+            f"{binary} is OpenCode {version}, but durable-harness needs exactly "
+            f"{OPENCODE_VERSION} (its request canonicalization is measured on that "
+            f"version): run scripts/setup, or point {BIN_ENV} at that version"
+        )
+
+
+#: OpenCode tools that only read (files, the web, its own todo list and skills).
+SAFE_TOOLS = frozenset(
+    {"read", "glob", "grep", "list", "webfetch", "websearch", "codesearch", "todowrite",
+     "todoread", "skill", "lsp"}
+)  # fmt: skip
+
+
+class OpenCodeReplayPolicy(ReplayPolicy):
+    """OpenCode's tool names under the claude-code rules: ``bash`` is ``never`` unless a
+    ``safe_bash`` pattern marks the command safe; read-only tools are ``safe``; ``write``,
+    ``edit``, ``patch``, ``task`` and every other tool ``never``; ``[replay] tools``
+    overrides a tool's label by its OpenCode name."""
+
+    def label(self, tool_name: str, tool_input: Any) -> Replay:
+        override = self.config.replay.tools.get(tool_name)
+        if override is not None:
+            return override
+        command = tool_input.get("command", "") if isinstance(tool_input, dict) else ""
+        if tool_name == "bash" and self.safe_command(str(command).strip()):
+            return "safe"
+        return "safe" if tool_name in SAFE_TOOLS else "never"
+
+
+def _config(run_config: dict[str, Any]) -> ClaudeCodeConfig:
+    return ClaudeCodeConfig.parse(run_config.get("agent_config"), "in the turn")
+
+
+class OpenCodeAdapter(Adapter):
+    name = "opencode"
+
+    def check(self, config: dict[str, Any], settings: Settings) -> None:
+        host_workspace(config, self.name)
+        for spec in config.get("tools", []):
+            load_tools(spec)
+        _config(config)
+        resolve_endpoint(config.get("base_url"))
+        check_version(find_opencode())
+
+    def run_turn(self, run: TurnRun) -> str:
+        if run.journal.replay_only:
+            return _replay(run)
+        journal = run.journal
+        launches = launch_steps(journal)
+        if launches and launches[-1].status is StepStatus.DONE:
+            return str(decode_output(run.world, launches[-1])["reply"])
+        launch = _Launch(run)
+        plan = launch.plan()
+        begun = journal.begin_keyed(
+            kind="agent",
+            name=self.name,
+            key=f"{LAUNCH_PREFIX}{len(launches)}",
+            input=plan,
+            replay="safe",
+            store_input=True,
+        )
+        if isinstance(begun, StepResult):  # cannot happen: the key is new
+            return str(begun.value["reply"])
+        result = launch.run(plan)
+        journal.end(begun, Outcome(result, {"source": "cli"}))
+        return str(result["reply"])
+
+
+def _replay(run: TurnRun) -> str:
+    """Run the turn's last finished launch again, the proxy answering from the journal."""
+    done = [s for s in launch_steps(run.journal) if s.status is StepStatus.DONE]
+    if not done:
+        raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
+    plan = json.loads(stored_input(run.world, done[-1]))
+    return str(_Launch(run).run(plan)["reply"])
+
+
+@dataclass
+class _Events:
+    """What the ``--format json`` event lines told: the texts of the newest step."""
+
+    texts: list[str] = field(default_factory=list)
+    finish: str | None = None  # the newest step's finish reason
+    errors: list[str] = field(default_factory=list)
+    session: str | None = None
+
+
+class _Launch:
+    """One run of the CLI for a turn (see the module docstring)."""
+
+    def __init__(self, run: TurnRun) -> None:
+        self.run_ = run
+        self.world = run.world
+        self.journal: Journal = run.journal
+        self.turn = run.turn
+        self.workspace = host_workspace(run.config, "opencode")
+        self.config = _config(run.config)
+        specs = run.config.get("tools", [])
+        self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
+        self.store = DatabaseStore(self.world)
+        self._save_lock = threading.Lock()
+
+    # -- what to run -----------------------------------------------------------------
+    def plan(self) -> dict[str, Any]:
+        """How the next launch starts: mode, message and the database to restore."""
+        turn, epoch = self.turn, self.journal.lease.epoch
+        saved = latest_turn_save(self.world, turn.session_id, turn.turn_id, epoch)
+        if saved is None:
+            previous = previous_turn_transcript(self.world, turn.session_id, turn.index)
+            mode = "resume" if previous is not None else "new"
+            return {"mode": mode, "message": turn.prompt, "transcript": previous}
+        self._close_interrupted()
+        steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
+        facts = database_facts(self.store.load(saved), steps)
+        message = resume_message_from_facts(self.world, turn.prompt, steps, facts)
+        return {"mode": "resume", "message": message, "transcript": saved}
+
+    def _close_interrupted(self) -> None:
+        """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
+        policy = OpenCodeReplayPolicy(self.config)
+        host = {t.name: t for t in self.tools}
+        for step in list(self.journal.recorded.values()):
+            if step.kind != "tool" or step.status is not StepStatus.INTENT:
+                continue
+            tool_input = json.loads(stored_input(self.world, step))
+            host_tool = host.get(step.name)
+            label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
+            if label == "never":
+                self.journal.begin_keyed(
+                    kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
+                )
+
+    # -- running it ----------------------------------------------------------------------
+    def run(self, plan: dict[str, Any]) -> dict[str, Any]:
+        binary = find_opencode()
+        check_version(binary)
+        url, key = resolve_endpoint(self.run_.config.get("base_url"))
+        token = secrets.token_urlsafe(32)
+        with tempfile.TemporaryDirectory(prefix="durable-harness-opencode-") as tmp:
+            home = Path(tmp)
+            database = home / ".local" / "share" / "opencode" / "opencode.db"
+            database.parent.mkdir(parents=True)
+            session: str | None = None
+            if plan.get("transcript"):
+                restored = self.store.load(str(plan["transcript"]))
+                database.write_bytes(restored)
+                session = root_session_id(restored)
+                if session is None:
+                    raise DurableHarnessError(
+                        "the saved OpenCode database holds no session to continue"
+                    )
+            hooks = ToolHooks(
+                self.journal,
+                OpenCodeReplayPolicy(self.config),
+                host_tool_prefix=HOST_TOOL_PREFIX,
+                before_intent=None if self.journal.replay_only else self._saver(database),
+            )
+            call_ids = CallIds()
+            mcp = OpenCodeHostTools(
+                self.journal, self.tools, self.turn.session_id, call_ids=call_ids
+            )
+            callbacks = ProxyCallbacks(
+                on_request=self._on_request(hooks),
+                control=call_ids.control(hooks.handle),
+                mcp=mcp.handle,
+            )
+            proxy = JournalingProxy(
+                self.journal,
+                OpenCodeCanonicalizer(home=str(home)),
+                Upstream(url, key, send_key=is_loopback(url)),
+                token,
+                callbacks,
+            )
+            events = _Events()
+            with proxy:
+                env = self._prepare(home, proxy.url, token)
+                command = [binary, "run", "--format", "json"]
+                if session is not None:
+                    command += ["--session", session]
+                command += ["--", str(plan["message"])]
+                exit_ = supervise(
+                    command,
+                    env=env,
+                    cwd=self.workspace,
+                    stdin=None,
+                    proxy=proxy,
+                    on_line=lambda line: self._event(line, events),
+                    name="opencode",
+                )
+            reply = self._reply(events, exit_.status, exit_.stderr, proxy)
+            final = snapshot(database)
+        result: dict[str, Any] = {"reply": reply, "session": session or events.session}
+        if not self.journal.replay_only:
+            saved = self.store.save(final)
+            epoch = self.journal.lease.epoch
+            self.store.point(self.turn.session_id, self.turn.turn_id, epoch, saved)
+            result["transcript"] = saved.digest
+        return result
+
+    def _prepare(self, home: Path, url: str, token: str) -> dict[str, str]:
+        model = str(self.run_.config.get("model") or self.run_.settings.model)
+        return prepare_home(
+            home, model_url=url, harness_url=url, token=token, model=model, mcp=bool(self.tools)
+        )
+
+    def _saver(self, database: Path) -> Any:
+        def before_intent(reported: str | None, tool_use_id: str) -> None:
+            # OpenCode writes the tool's part a little before the plugin runs: wait
+            # (briefly) until the database holds this call, so a resume knows it exists.
+            deadline = time.monotonic() + _FLUSH_WAIT
+            data = snapshot(database)
+            while tool_use_id not in tool_call_ids(data) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                data = snapshot(database)
+            with self._save_lock:
+                saved = self.store.save(data)
+                lease = self.journal.lease
+                self.store.point(self.turn.session_id, self.turn.turn_id, lease.epoch, saved)
+
+        return before_intent
+
+    def _on_request(self, hooks: ToolHooks) -> Any:
+        def on_request(body: dict[str, Any]) -> None:
+            if not hooks.wait_started(_PLUGIN_WAIT):
+                raise ConfigError(
+                    "OpenCode did not load the durable-harness plugin (no SessionStart "
+                    "arrived), so its tool calls could not be journaled: the turn was "
+                    "stopped before any tool ran"
+                )
+            hooks.close_from_request(body)
+
+        return on_request
+
+    def _event(self, line: bytes, events: _Events) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        events.session = events.session or event.get("sessionID")
+        kind = event.get("type")
+        part = _dict(event.get("part"))
+        if kind == "step_start":
+            events.texts, events.finish = [], None
+        elif kind == "text" and part.get("text"):
+            events.texts.append(str(part["text"]))
+            if self.journal.on_step is not None:
+                progress(f"opencode: {part['text']}")
+        elif kind == "tool_use" and self.journal.on_step is not None:
+            state = _dict(part.get("state"))
+            progress(f"opencode: {part.get('tool')} {json.dumps(state.get('input'))}")
+        elif kind == "step_finish":
+            events.finish = str(part.get("reason"))
+        elif kind == "error":
+            error = event.get("error")
+            if isinstance(error, dict):
+                data = _dict(error.get("data"))
+                error = data.get("message") or error.get("name") or error
+            events.errors.append(str(error))
+
+    def _reply(
+        self, events: _Events, status: int | None, stderr: str, proxy: JournalingProxy
+    ) -> str:
+        upstream = "; ".join(dict.fromkeys(proxy.upstream_errors[-3:])) or None
+        if events.errors or (upstream and events.finish in (None, "tool-calls")):
+            text = "; ".join(events.errors) or "no reply"
+            if upstream:
+                raise ModelError(f"the model call failed ({upstream}); the turn will be resumed")
+            raise TurnFailed(f"OpenCode ended the turn with an error: {text}")
+        if events.finish is None or events.finish == "tool-calls" or status != 0:
+            raise DurableHarnessError(
+                f"OpenCode exited with status {status} without a final reply: "
+                f"{stderr.strip()[-500:] or 'no output'}"
+            )
+        return "".join(events.texts)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,70 @@
+// durable-harness's OpenCode plugin: journals every tool call through the harness.
+//
+// Installed by the opencode adapter into the private config folder of one launch
+// (~/.config/opencode/plugin/). $DURABLE_HARNESS_ENDPOINT names a JSON file
+// {"url", "token"}: the journaling proxy of this launch and its per-launch token.
+//
+// tool.execute.before posts the call (Claude Code's PreToolUse shape: tool_name,
+// tool_input, tool_use_id = OpenCode's callID) to <url>/_dh/PreToolUse and lets the tool
+// run only when the harness answers "allow". Throwing blocks the tool (the model gets the
+// message as the tool's error), so a harness that denies, fails or cannot be reached
+// blocks it: a tool never runs without its intent recorded first (fail closed).
+// tool.execute.after posts the result to <url>/_dh/PostToolUse.
+// The plugin announces itself with SessionStart when OpenCode loads it: the harness
+// refuses to answer a model call before that, as proof the journaling is live.
+import { readFileSync } from "node:fs";
+
+function endpoint() {
+  const file = process.env.DURABLE_HARNESS_ENDPOINT;
+  if (!file) throw new Error("durable-harness: DURABLE_HARNESS_ENDPOINT is not set");
+  return JSON.parse(readFileSync(file, "utf8"));
+}
+
+async function post(event, payload) {
+  const { url, token } = endpoint();
+  let response;
+  try {
+    response = await fetch(`${url}/_dh/${event}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "X-Durable-Harness-Token": token },
+      body: JSON.stringify(payload),
+    });
+  } catch (error) {
+    throw new Error(`durable-harness cannot be reached (${error}); the tool was blocked`);
+  }
+  const text = await response.text();
+  if (!response.ok) {
+    throw new Error(`durable-harness refused the call (HTTP ${response.status}: ${text})`);
+  }
+  return text ? JSON.parse(text) : {};
+}
+
+export const DurableHarness = async ({ directory }) => {
+  await post("SessionStart", { hook_event_name: "SessionStart", cwd: directory });
+  return {
+    "tool.execute.before": async (input, output) => {
+      const reply = await post("PreToolUse", {
+        hook_event_name: "PreToolUse",
+        session_id: input.sessionID,
+        tool_name: input.tool,
+        tool_input: output.args ?? {},
+        tool_use_id: input.callID,
+        cwd: directory,
+      });
+      const decision = reply?.hookSpecificOutput ?? {};
+      if (decision.permissionDecision !== "allow") {
+        throw new Error(decision.permissionDecisionReason || "durable-harness denied this call");
+      }
+    },
+    "tool.execute.after": async (input, output) => {
+      await post("PostToolUse", {
+        hook_event_name: "PostToolUse",
+        session_id: input.sessionID,
+        tool_name: input.tool,
+        tool_input: input.args ?? {},
+        tool_use_id: input.callID,
+        tool_response: { title: output.title, output: output.output, metadata: output.metadata },
+      });
+    },
+  };
+};
