@@ -56,7 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="start a turn and drive it here (or --detach)")
     run.add_argument("prompt", metavar="PROMPT")
-    run.add_argument("--agent", default="builtin", help="builtin (default), claude-code or codex")
+    run.add_argument(
+        "--agent",
+        default="builtin",
+        help="builtin (default), claude-code, codex, opencode or pi (docs/<agent>.md)",
+    )
     run.add_argument(
         "--workspace",
         default="virtual",
@@ -74,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--agent-config",
         metavar="FILE.toml",
-        help="the agent's options (claude-code, codex: replay labels, see docs/claude-code.md)",
+        help="the agent's options (CLI agents: replay labels, see docs/claude-code.md)",
     )
     run.add_argument("--model", help="model name (env DURABLE_HARNESS_MODEL)")
     run.add_argument("--base-url", help="model endpoint (default: env ANTHROPIC_BASE_URL)")
