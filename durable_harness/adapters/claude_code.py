@@ -12,12 +12,17 @@ final transcript. Inside a launch:
 * the CLI's transcript is saved to the World before every tool intent
   (:mod:`.claude_session`).
 
-The CLI runs non-interactively in the turn's workspace with a fresh, private HOME, a
-session id derived from the durable-harness session, a per-launch token instead of any
-provider key, and under :mod:`.reaper`, so that it and every process it started die with
-the worker. Which launch runs next:
+The CLI runs non-interactively with a fresh, private HOME, a session id derived from the
+durable-harness session and a per-launch token instead of any provider key, where a
+:class:`~.cli_host.CliHost` puts it: in the session's Docker container as a detached job
+that outlives the worker (:mod:`.cli_docker`, the only place it runs by default), or on a
+host folder under :mod:`.reaper` (a developer-only opt-in, :data:`~.cli_host.UNSAFE_HOST_ENV`).
+Which launch runs next:
 
 * the last launch finished (the worker died after the CLI did): its reply, no CLI run;
+* the last launch's CLI still runs in the container (or ended well) after its worker
+  died: follow it again from its first output line to its end (hooks re-journal
+  idempotently), and finish that launch;
 * a transcript of this turn was saved: restore it and ``--resume`` with a message written
   from the journal (:func:`~.claude_session.resume_message`);
 * otherwise the turn starts as it first did (the session's previous transcript and the
@@ -29,7 +34,8 @@ answering only from the journal: zero upstream calls, zero tool runs.
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
+import hmac
 import json
 import os
 import queue
@@ -39,15 +45,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from durable_harness.adapters import hook_client, reaper
 from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.canonical import ClaudeCodeCanonicalizer
 from durable_harness.adapters.claude_session import (
@@ -57,20 +61,37 @@ from durable_harness.adapters.claude_session import (
     previous_turn_transcript,
     resume_message,
 )
+from durable_harness.adapters.cli_host import (
+    CliHost,
+    CliLaunch,
+    CliRun,
+    HostCliHost,
+    require_unsafe_host,
+)
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
+    LeaseLost,
     ModelError,
     ReplayDivergence,
     TurnFailed,
 )
-from durable_harness.harness.journal import BLOB_PREFIX, Journal, Outcome, StepResult, decode_output
+from durable_harness.harness.journal import (
+    BLOB_PREFIX,
+    Journal,
+    OpenStep,
+    Outcome,
+    StepResult,
+    decode_output,
+)
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Tool, load_tools
+from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
+from durable_harness.sandbox.base import Sandbox
 from durable_harness.worlds.base import Step, StepStatus, World
 
 __all__ = ["CLAUDE_CODE_VERSION", "ClaudeCodeAdapter", "find_claude", "project_dir_name"]
@@ -87,7 +108,6 @@ _SESSION_NAMESPACE = uuid.UUID("5d0b8f5e-5b39-4bb5-9a55-3c1f1f4b0d2a")
 _HOOK_EVENTS = ("SessionStart", "PreToolUse", "PostToolUse", "PostToolUseFailure")
 _FLUSH_WAIT = 3.0  # seconds the transcript may take to show a tool call before a save
 _HOOKS_WAIT = 10.0  # seconds the first model call waits for proof the hooks are live
-_PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 _versions_seen: dict[str, str] = {}
 
 
@@ -112,22 +132,15 @@ def find_claude() -> str:
     return found
 
 
-def check_version(binary: str) -> None:
-    """ConfigError unless ``binary --version`` is exactly :data:`CLAUDE_CODE_VERSION`."""
-    version = _versions_seen.get(binary)
+def check_version(binary: str, host: CliHost | None = None) -> None:
+    """ConfigError unless ``binary --version`` (run where the CLI runs) is exactly
+    :data:`CLAUDE_CODE_VERSION`."""
+    version = _versions_seen.get(binary) if host is None or not host.durable else None
     if version is None:
         try:
-            out = subprocess.run(
-                [binary, "--version"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
-                check=False,
-            )
+            version = (host or HostCliHost(Path.cwd(), {})).version(binary)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ConfigError(f"cannot run {binary} --version: {exc}") from None
-        version = (out.stdout.split() or ["(nothing)"])[0]
         _versions_seen[binary] = version
     if version != CLAUDE_CODE_VERSION:
         raise ConfigError(
@@ -147,12 +160,31 @@ def claude_session_id(session_id: str) -> str:
     return str(uuid.uuid5(_SESSION_NAMESPACE, session_id))
 
 
-def workspace_of(config: dict[str, Any]) -> Path:
+def launch_token(config: dict[str, Any], job: str) -> str:
+    """The proxy token of a durable launch: derived from the turn's secret, so a worker that
+    re-attaches to the CLI accepts the token the CLI was started with."""
+    secret = str(config.get("signal_secret") or "")
+    if not secret:
+        raise ConfigError("this turn has no secret to derive its proxy token from")
+    digest = hmac.new(secret.encode(), f"cli-proxy-token:{job}".encode(), hashlib.sha256)
+    return digest.hexdigest()
+
+
+def _workspace_spec(config: dict[str, Any]) -> str:
+    """``docker``, or a host folder when the developer opted in; ConfigError otherwise."""
     spec = str(config.get("workspace", "virtual"))
+    if spec != "docker":
+        require_unsafe_host("claude-code", spec)
+    return spec
+
+
+def workspace_of(config: dict[str, Any]) -> Path:
+    """The host folder of an opted-in host run (:func:`_workspace_spec` checked first)."""
+    spec = _workspace_spec(config)
     if spec == "virtual":
         raise ConfigError(
-            "the claude-code agent runs the real CLI on a host folder: give --workspace DIR "
-            "(the virtual workspace cannot host it; a Docker sandbox is coming)"
+            "the claude-code agent runs the real CLI: give --workspace docker (the virtual "
+            "workspace cannot host it)"
         )
     path = Path(spec).expanduser()
     if path.exists() and not path.is_dir():
@@ -168,35 +200,68 @@ class ClaudeCodeAdapter(Adapter):
     name = "claude-code"
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
-        workspace_of(config)
-        for spec in config.get("tools", []):
-            load_tools(spec)
+        spec = _workspace_spec(config)
+        for tools_spec in config.get("tools", []):
+            load_tools(tools_spec)
         ClaudeCodeConfig.parse(config.get("agent_config"), "in the turn")
         resolve_endpoint(config.get("base_url"))
-        check_version(find_claude())
+        if spec == "docker":
+            from durable_harness.sandbox import open_sandbox
+
+            open_sandbox("docker").close()  # Docker answers and the image is built
+        else:
+            workspace_of(config)
+            check_version(find_claude())
 
     def run_turn(self, run: TurnRun) -> str:
-        if run.journal.replay_only:
-            return _replay(run)
-        journal = run.journal
-        launches = _launch_steps(journal)
-        if launches and launches[-1].status is StepStatus.DONE:
+        launches = _launch_steps(run.journal)
+        if launches and launches[-1].status is StepStatus.DONE and not run.journal.replay_only:
             return str(decode_output(run.world, launches[-1])["reply"])
-        launch = _Launch(run)
-        plan = launch.plan(len(launches))
-        begun = journal.begin_keyed(
-            kind="agent",
-            name=self.name,
-            key=f"{LAUNCH_PREFIX}{len(launches)}",
-            input=plan,
-            replay="safe",
-            store_input=True,
-        )
-        if isinstance(begun, StepResult):  # cannot happen: the key is new
-            return str(begun.value["reply"])
-        result = launch.run(plan)
-        journal.end(begun, Outcome(result, {"source": "cli"}))
-        return str(result["reply"])
+        with open_host(run.config, run.turn.session_id) as host:
+            if run.journal.replay_only:
+                return _replay(run, host, launches)
+            launch = _Launch(run, host)
+            last = launches[-1] if launches else None
+            if last is not None and last.status is StepStatus.INTENT and host.durable:
+                # The CLI of an earlier worker may still run (Docker): finish that launch.
+                cli = host.attach(job_id(run.turn.turn_id, len(launches) - 1))
+                if cli is not None:
+                    plan = json.loads(_stored_input(run.world, last))
+                    result = launch.run(plan, job_id(run.turn.turn_id, len(launches) - 1), cli)
+                    run.journal.end(
+                        OpenStep(last, time.monotonic()),
+                        Outcome(result, {"source": "cli", "reattached": True}),
+                    )
+                    return str(result["reply"])
+            number = len(launches)
+            plan = launch.plan(number)
+            begun = run.journal.begin_keyed(
+                kind="agent",
+                name=self.name,
+                key=f"{LAUNCH_PREFIX}{number}",
+                input=plan,
+                replay="safe",
+                store_input=True,
+            )
+            if isinstance(begun, StepResult):  # cannot happen: the key is new
+                return str(begun.value["reply"])
+            result = launch.run(plan, job_id(run.turn.turn_id, number))
+            run.journal.end(begun, Outcome(result, {"source": "cli"}))
+            return str(result["reply"])
+
+
+def job_id(turn_id: str, number: int) -> str:
+    """The id of launch ``number`` of a turn: the same on every worker."""
+    return f"{turn_id}-launch{number}"
+
+
+def open_host(config: dict[str, Any], session_id: str) -> CliHost:
+    """Where the turn's CLI runs: the session's container, or (opt-in) a host folder."""
+    if _workspace_spec(config) == "docker":
+        from durable_harness.adapters.cli_docker import DockerCliHost
+
+        return DockerCliHost(session_id)
+    return HostCliHost(workspace_of(config), {"claude": find_claude()})
 
 
 def _launch_steps(journal: Journal) -> list[Step]:
@@ -204,13 +269,14 @@ def _launch_steps(journal: Journal) -> list[Step]:
     return [s for s in steps if s.key.startswith(LAUNCH_PREFIX)]
 
 
-def _replay(run: TurnRun) -> str:
+def _replay(run: TurnRun, host: CliHost, launches: list[Step]) -> str:
     """Run the turn's last finished launch again, the proxy answering from the journal."""
-    done = [s for s in _launch_steps(run.journal) if s.status is StepStatus.DONE]
+    done = [s for s in launches if s.status is StepStatus.DONE]
     if not done:
         raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
     plan = json.loads(_stored_input(run.world, done[-1]))
-    result = _Launch(run).run(plan)
+    job = f"{run.turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
+    result = _Launch(run, host).run(plan, job)
     return str(result["reply"])
 
 
@@ -232,17 +298,18 @@ class _Outcome:
 class _Launch:
     """One run of the CLI for a turn (see the module docstring)."""
 
-    def __init__(self, run: TurnRun) -> None:
+    def __init__(self, run: TurnRun, host: CliHost) -> None:
         self.run_ = run
+        self.host = host
         self.world = run.world
         self.journal = run.journal
         self.turn = run.turn
-        self.workspace = workspace_of(run.config)
         self.config = ClaudeCodeConfig.parse(run.config.get("agent_config"), "in the turn")
         specs = run.config.get("tools", [])
         self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
         self.session = claude_session_id(self.turn.session_id)
         self.store = TranscriptStore(self.world)
+        self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
 
     # -- what to run -----------------------------------------------------------------
@@ -275,67 +342,87 @@ class _Launch:
                 )
 
     # -- running it ----------------------------------------------------------------------
-    def run(self, plan: dict[str, Any]) -> dict[str, Any]:
-        binary = find_claude()
-        check_version(binary)
+    def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:
+        """Run the launch ``job`` (or follow ``cli``, the same launch started by an earlier
+        worker) to its end; its reply and final transcript."""
+        host = self.host
+        binary = host.binary("claude")
+        check_version(binary, host)
         url, key = resolve_endpoint(self.run_.config.get("base_url"))
-        token = secrets.token_urlsafe(32)
-        with tempfile.TemporaryDirectory(prefix="durable-harness-claude-") as tmp:
-            home = Path(tmp)
-            transcript = (
-                home / ".claude" / "projects" / project_dir_name(str(self.workspace))
-                / f"{self.session}.jsonl"
-            )  # fmt: skip
-            transcript.parent.mkdir(parents=True)
-            if plan.get("transcript"):
-                transcript.write_bytes(self.store.load(str(plan["transcript"])))
-            hooks = ToolHooks(
-                self.journal,
-                ReplayPolicy(self.config),
-                host_tool_prefix=f"mcp__{SERVER_NAME}__",
-                before_intent=None if self.journal.replay_only else self._saver(transcript),
-            )
-            mcp = HostToolServer(self.journal, self.tools, self.turn.session_id)
-            callbacks = ProxyCallbacks(
-                on_request=self._on_request(hooks), control=hooks.handle, mcp=mcp.handle
-            )
-            proxy = JournalingProxy(
-                self.journal,
-                ClaudeCodeCanonicalizer(home=str(home)),
-                Upstream(url, key, send_key=is_loopback(url)),
-                token,
-                callbacks,
-            )
-            with proxy:
-                command = self._command(binary, home, proxy.url, token, plan)
-                outcome = self._supervise(command, self._env(home, proxy.url, token), plan, proxy)
-            reply = self._reply(outcome, proxy)
-            final = transcript.read_bytes() if transcript.exists() else b""
+        home = host.home(job)
+        transcript = f"{home}/{self._transcript_rel()}"
+        sandbox = getattr(host, "sandbox", None)
+        if cli is None and sandbox is not None:
+            # A new container (the old one was lost) gets the workspace back from the World.
+            restore_workspace(sandbox, self.snapshots, self.journal.latest_meta("workspace"))
+        hooks = ToolHooks(
+            self.journal,
+            ReplayPolicy(self.config),
+            host_tool_prefix=f"mcp__{SERVER_NAME}__",
+            before_intent=None if self.journal.replay_only else self._saver(transcript),
+            outcome_meta=None if sandbox is None else self._snapshotter(sandbox),
+            adopt=cli is not None,
+        )
+        if cli is not None:
+            hooks.session_started.set()  # it started under the earlier worker
+        mcp = HostToolServer(self.journal, self.tools, self.turn.session_id)
+        callbacks = ProxyCallbacks(
+            on_request=self._on_request(hooks), control=hooks.handle, mcp=mcp.handle
+        )
+        token = launch_token(self.turn.config, job) if host.durable else secrets.token_urlsafe(32)
+        proxy = JournalingProxy(
+            self.journal,
+            ClaudeCodeCanonicalizer(home=home),
+            Upstream(url, key, send_key=is_loopback(url)),
+            token,
+            callbacks,
+        )
+        with proxy:
+            endpoint = host.endpoint(proxy.url, job)
+            if cli is None:
+                cli = host.start(self._launch(job, binary, home, endpoint, token, plan))
+            outcome = self._supervise(cli, proxy)
+        reply = self._reply(outcome, proxy)
+        final = host.read_file(transcript) or b""
         result: dict[str, Any] = {"reply": reply, "session": self.session}
         if not self.journal.replay_only:
             saved = self.store.save(final)
             epoch = self.journal.lease.epoch
             self.store.point(self.turn.session_id, self.turn.turn_id, epoch, saved)
             result["transcript"] = saved.digest
+        host.finish(job)
         return result
 
-    def _saver(self, transcript: Path) -> Any:
+    def _transcript_rel(self) -> str:
+        """Claude Code's transcript of this session, relative to its HOME."""
+        return f".claude/projects/{project_dir_name(self.host.workspace)}/{self.session}.jsonl"
+
+    def _saver(self, transcript: str) -> Any:
         def before_intent(reported: str | None, tool_use_id: str) -> None:
             # Claude Code writes its transcript a little after the fact: wait (briefly)
             # until it holds this call, so a resume from this save knows the call exists.
             deadline = time.monotonic() + _FLUSH_WAIT
             data = b""
             while time.monotonic() < deadline:
-                data = transcript.read_bytes() if transcript.exists() else b""
+                data = self.host.read_file(transcript) or b""
                 if tool_use_id.encode() in data:
                     break
-                time.sleep(0.01)
+                time.sleep(0.02)
             with self._save_lock:
                 saved = self.store.save(data)
                 lease = self.journal.lease
                 self.store.point(self.turn.session_id, self.turn.turn_id, lease.epoch, saved)
 
         return before_intent
+
+    def _snapshotter(self, sandbox: Sandbox) -> Any:
+        def outcome_meta() -> dict[str, Any]:
+            # The workspace as this tool left it: a new container is restored from it.
+            with self._save_lock:
+                digest = save_workspace(sandbox, self.snapshots)
+            return {} if digest is None else {"workspace": digest}
+
+        return outcome_meta
 
     def _on_request(self, hooks: ToolHooks) -> Any:
         def on_request(body: dict[str, Any]) -> None:
@@ -349,13 +436,10 @@ class _Launch:
 
         return on_request
 
-    def _command(
-        self, binary: str, home: Path, url: str, token: str, plan: dict[str, Any]
-    ) -> list[str]:
-        endpoint = home / "durable-harness-endpoint.json"
-        endpoint.write_text(json.dumps({"url": url, "token": token}))
-        endpoint.chmod(0o600)
-        client = [sys.executable, "-I", "-S", hook_client.__file__, str(endpoint)]
+    def _launch(
+        self, job: str, binary: str, home: str, url: str, token: str, plan: dict[str, Any]
+    ) -> CliLaunch:
+        endpoint = f"{home}/durable-harness-endpoint.json"
         settings = {
             "hooks": {
                 event: [
@@ -364,7 +448,7 @@ class _Launch:
                         "hooks": [
                             {
                                 "type": "command",
-                                "command": shlex.join([*client, event]),
+                                "command": shlex.join(self.host.hook_command(endpoint, event)),
                                 "timeout": 600,
                             }
                         ],
@@ -373,9 +457,6 @@ class _Launch:
                 for event in _HOOK_EVENTS
             }
         }
-        settings_file = home / "durable-harness-settings.json"
-        settings_file.write_text(json.dumps(settings, indent=1))
-        mcp_file = home / "durable-harness-mcp.json"
         servers: dict[str, Any] = {}
         if self.tools:
             servers[SERVER_NAME] = {
@@ -383,85 +464,64 @@ class _Launch:
                 "url": f"{url}/mcp",
                 "headers": {"Authorization": f"Bearer {token}"},
             }
-        mcp_file.write_text(json.dumps({"mcpServers": servers}))
+        files = {
+            "durable-harness-endpoint.json": json.dumps({"url": url, "token": token}).encode(),
+            "durable-harness-settings.json": json.dumps(settings, indent=1).encode(),
+            "durable-harness-mcp.json": json.dumps({"mcpServers": servers}).encode(),
+        }
+        if plan.get("transcript"):
+            files[self._transcript_rel()] = self.store.load(str(plan["transcript"]))
         start = "--session-id" if plan["mode"] == "new" else "--resume"
-        return [
+        argv = [
             binary,
             "-p",
             "--output-format", "stream-json",
             "--verbose",
             "--model", str(self.run_.config.get("model") or self.run_.settings.model),
-            "--settings", str(settings_file),
+            "--settings", f"{home}/durable-harness-settings.json",
             # Project and local settings could switch the journaling hooks off.
             "--setting-sources", "user",
-            "--mcp-config", str(mcp_file),
+            "--mcp-config", f"{home}/durable-harness-mcp.json",
             "--strict-mcp-config",
             "--dangerously-skip-permissions",
             start, self.session,
         ]  # fmt: skip
+        env = {
+            "HOME": home,
+            "TERM": "dumb",
+            "ANTHROPIC_BASE_URL": url,
+            "ANTHROPIC_API_KEY": token,  # the proxy's per-launch token, never a provider key
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",  # memory would live in the lost HOME
+            "CLAUDE_CODE_MAX_RETRIES": os.environ.get(RETRIES_ENV, DEFAULT_CLI_RETRIES),
+            "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root
+        }
+        stdin = str(plan["message"]).encode()
+        return CliLaunch(job, argv, env, stdin, files)
 
-    def _env(self, home: Path, url: str, token: str) -> dict[str, str]:
-        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env.update(
-            {
-                "HOME": str(home),
-                "SHELL": shutil.which("bash") or "/bin/sh",
-                "TERM": "dumb",
-                "ANTHROPIC_BASE_URL": url,
-                "ANTHROPIC_API_KEY": token,  # the proxy's per-launch token, never a provider key
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "DISABLE_AUTOUPDATER": "1",
-                "DISABLE_ERROR_REPORTING": "1",
-                "DISABLE_TELEMETRY": "1",
-                "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",  # memory would live in the lost HOME
-                "CLAUDE_CODE_MAX_RETRIES": os.environ.get(RETRIES_ENV, DEFAULT_CLI_RETRIES),
-                "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root
-            }
-        )
-        return env
-
-    def _supervise(
-        self, command: list[str], env: dict[str, str], plan: dict[str, Any], proxy: JournalingProxy
-    ) -> _Outcome:
+    def _supervise(self, cli: CliRun, proxy: JournalingProxy) -> _Outcome:
         outcome = _Outcome()
-        with tempfile.TemporaryFile() as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", reaper.__file__, str(os.getpid()), "--", *command],
-                cwd=self.workspace,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                start_new_session=True,
-            )
-            try:
-                assert proc.stdin is not None and proc.stdout is not None
-                with contextlib.suppress(OSError):
-                    proc.stdin.write(str(plan["message"]).encode())
-                    proc.stdin.close()
-                lines = _read_lines(proc.stdout)
-                while True:
-                    if proxy.fatal_event.is_set():
-                        break
-                    try:
-                        line = lines.get(timeout=0.1)
-                    except queue.Empty:
-                        continue
-                    if line is None:
-                        break
-                    self._event(line, outcome)
-                outcome.status = proc.wait() if not proxy.fatal_event.is_set() else None
-            finally:
-                if proc.poll() is None:
-                    proc.terminate()  # the reaper kills the CLI and everything it started
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-            stderr.seek(0)
-            outcome.stderr = stderr.read().decode("utf-8", "replace")[-2000:]
+        lines = cli.output()
+        try:
+            while not proxy.fatal_event.is_set():
+                try:
+                    line = lines.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if line is None:
+                    break
+                if isinstance(line, BaseException):
+                    raise line
+                self._event(line, outcome)
+            if not proxy.fatal_event.is_set():
+                outcome.status = cli.wait()
+        finally:
+            if outcome.status is None and not isinstance(proxy.fatal, LeaseLost):
+                cli.kill()  # a lost lease leaves the CLI to the turn's new owner
+        outcome.stderr = cli.stderr_tail()
         if proxy.fatal is not None:
             raise proxy.fatal
         return outcome
@@ -501,18 +561,6 @@ class _Launch:
                 )
             raise TurnFailed(f"Claude Code ended the turn with an error: {text}")
         return str(result.get("result") or "")
-
-
-def _read_lines(stream: IO[bytes]) -> queue.Queue[bytes | None]:
-    lines: queue.Queue[bytes | None] = queue.Queue()
-
-    def pump() -> None:
-        for line in stream:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, name="claude-stdout", daemon=True).start()
-    return lines
 
 
 def _progress(text: str) -> None:
