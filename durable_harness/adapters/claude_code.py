@@ -34,22 +34,15 @@ answering only from the journal: zero upstream calls, zero tool runs.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import queue
-import re
 import secrets
 import shlex
-import shutil
-import subprocess
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from durable_harness.adapters.base import Adapter, TurnRun
@@ -61,13 +54,19 @@ from durable_harness.adapters.claude_session import (
     previous_turn_transcript,
     resume_message,
 )
-from durable_harness.adapters.cli_host import (
-    CliHost,
-    CliLaunch,
-    CliRun,
-    HostCliHost,
-    require_unsafe_host,
+from durable_harness.adapters.claude_setup import (
+    CLAUDE_CODE_VERSION,
+    check_version,
+    claude_session_id,
+    find_claude,
+    job_id,
+    launch_token,
+    open_host,
+    project_dir_name,
+    workspace_of,
+    workspace_spec,
 )
+from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
@@ -96,111 +95,20 @@ from durable_harness.worlds.base import Step, StepStatus, World
 
 __all__ = ["CLAUDE_CODE_VERSION", "ClaudeCodeAdapter", "find_claude", "project_dir_name"]
 
-#: The one Claude Code version this adapter's rules were measured on (scripts/setup).
-CLAUDE_CODE_VERSION = "2.1.332"
-BIN_ENV = "DURABLE_HARNESS_CLAUDE_BIN"
 RETRIES_ENV = "DURABLE_HARNESS_CLAUDE_MAX_RETRIES"
 #: Retries the CLI makes itself on a failed model call before giving up; the worker then
 #: releases the turn and a later delivery resumes it.
 DEFAULT_CLI_RETRIES = "2"
-_REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
-_SESSION_NAMESPACE = uuid.UUID("5d0b8f5e-5b39-4bb5-9a55-3c1f1f4b0d2a")
 _HOOK_EVENTS = ("SessionStart", "PreToolUse", "PostToolUse", "PostToolUseFailure")
 _FLUSH_WAIT = 3.0  # seconds the transcript may take to show a tool call before a save
 _HOOKS_WAIT = 10.0  # seconds the first model call waits for proof the hooks are live
-_versions_seen: dict[str, str] = {}
-
-
-def find_claude() -> str:
-    """The ``claude`` binary: $DURABLE_HARNESS_CLAUDE_BIN, the project's pinned install
-    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
-    override = os.environ.get(BIN_ENV)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise ConfigError(f"{BIN_ENV}={override!r} is not an executable file")
-        return override
-    pinned = _REPO_BIN / "claude"
-    if os.access(pinned, os.X_OK):
-        return str(pinned)
-    found = shutil.which("claude")
-    if found is None:
-        raise ConfigError(
-            f"Claude Code is not installed: run scripts/setup (it installs "
-            f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into .tools/npm), or set "
-            f"{BIN_ENV} to a claude binary of that version"
-        )
-    return found
-
-
-def check_version(binary: str, host: CliHost | None = None) -> None:
-    """ConfigError unless ``binary --version`` (run where the CLI runs) is exactly
-    :data:`CLAUDE_CODE_VERSION`."""
-    version = _versions_seen.get(binary) if host is None or not host.durable else None
-    if version is None:
-        try:
-            version = (host or HostCliHost(Path.cwd(), {})).version(binary)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ConfigError(f"cannot run {binary} --version: {exc}") from None
-        _versions_seen[binary] = version
-    if version != CLAUDE_CODE_VERSION:
-        raise ConfigError(
-            f"{binary} is Claude Code {version}, but durable-harness needs exactly "
-            f"{CLAUDE_CODE_VERSION} (its request canonicalization is measured on that "
-            f"version): run scripts/setup, or point {BIN_ENV} at that version"
-        )
-
-
-def project_dir_name(workspace: str) -> str:
-    """Claude Code's folder for a workspace's transcripts: the path, non-alphanumerics as -."""
-    return re.sub(r"[^a-zA-Z0-9]", "-", workspace)
-
-
-def claude_session_id(session_id: str) -> str:
-    """The Claude Code session id of a durable-harness session (the same on every worker)."""
-    return str(uuid.uuid5(_SESSION_NAMESPACE, session_id))
-
-
-def launch_token(config: dict[str, Any], job: str) -> str:
-    """The proxy token of a durable launch: derived from the turn's secret, so a worker that
-    re-attaches to the CLI accepts the token the CLI was started with."""
-    secret = str(config.get("signal_secret") or "")
-    if not secret:
-        raise ConfigError("this turn has no secret to derive its proxy token from")
-    digest = hmac.new(secret.encode(), f"cli-proxy-token:{job}".encode(), hashlib.sha256)
-    return digest.hexdigest()
-
-
-def _workspace_spec(config: dict[str, Any]) -> str:
-    """``docker``, or a host folder when the developer opted in; ConfigError otherwise."""
-    spec = str(config.get("workspace", "virtual"))
-    if spec != "docker":
-        require_unsafe_host("claude-code", spec)
-    return spec
-
-
-def workspace_of(config: dict[str, Any]) -> Path:
-    """The host folder of an opted-in host run (:func:`_workspace_spec` checked first)."""
-    spec = _workspace_spec(config)
-    if spec == "virtual":
-        raise ConfigError(
-            "the claude-code agent runs the real CLI: give --workspace docker (the virtual "
-            "workspace cannot host it)"
-        )
-    path = Path(spec).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"workspace {spec!r} is a file; give a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create workspace {spec!r}: {exc}") from None
-    return path.resolve()
 
 
 class ClaudeCodeAdapter(Adapter):
     name = "claude-code"
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
-        spec = _workspace_spec(config)
+        spec = workspace_spec(config)
         for tools_spec in config.get("tools", []):
             load_tools(tools_spec)
         ClaudeCodeConfig.parse(config.get("agent_config"), "in the turn")
@@ -248,20 +156,6 @@ class ClaudeCodeAdapter(Adapter):
             result = launch.run(plan, job_id(run.turn.turn_id, number))
             run.journal.end(begun, Outcome(result, {"source": "cli"}))
             return str(result["reply"])
-
-
-def job_id(turn_id: str, number: int) -> str:
-    """The id of launch ``number`` of a turn: the same on every worker."""
-    return f"{turn_id}-launch{number}"
-
-
-def open_host(config: dict[str, Any], session_id: str) -> CliHost:
-    """Where the turn's CLI runs: the session's container, or (opt-in) a host folder."""
-    if _workspace_spec(config) == "docker":
-        from durable_harness.adapters.cli_docker import DockerCliHost
-
-        return DockerCliHost(session_id)
-    return HostCliHost(workspace_of(config), {"claude": find_claude()})
 
 
 def _launch_steps(journal: Journal) -> list[Step]:

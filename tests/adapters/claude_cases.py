@@ -50,6 +50,7 @@ reply.text = "{second_reply}"
 name = "final"
 when.conversation = "NOTIFIED-OK"
 reply.text = "{final}"
+reply.chunk_delay_ms = {final_delay_ms}
 
 [[rule]]
 name = "notify"
@@ -94,7 +95,13 @@ def bash_command(sleep: float) -> str:
 
 
 def write_script(
-    tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+    tmp: Path,
+    ws: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    fault: str | None = None,
+    final_delay_ms: int = 0,
 ) -> Path:
     script = tmp / "script.toml"
     script.write_text(
@@ -105,6 +112,7 @@ def write_script(
             second_prompt=SECOND_PROMPT,
             second_reply=SECOND_REPLY,
             chunk_delay_ms=chunk_delay_ms,
+            final_delay_ms=final_delay_ms,
             fault=f'reply.stream_fault = "{fault}"' if fault else "",
         )
     )
@@ -122,6 +130,7 @@ def claude_harness(
     sleep: float = 0,
     chunk_delay_ms: int = 0,
     fault: str | None = None,
+    final_delay_ms: int = 0,
     where: str = "host",
 ) -> Iterator[Harness]:
     if where == "docker":
@@ -129,7 +138,14 @@ def claude_harness(
     else:
         ws = tmp / "ws"
         ws.mkdir()
-    script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms, fault=fault)
+    script = write_script(
+        tmp,
+        ws,
+        sleep=sleep,
+        chunk_delay_ms=chunk_delay_ms,
+        fault=fault,
+        final_delay_ms=final_delay_ms,
+    )
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
         h.env[_WORKSPACE] = "docker" if where == "docker" else str(ws)
