@@ -91,7 +91,7 @@ from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Tool, load_tools
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
-from durable_harness.worlds.base import Step, StepStatus, World
+from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
 
 __all__ = ["CLAUDE_CODE_VERSION", "ClaudeCodeAdapter", "find_claude", "project_dir_name"]
 
@@ -246,9 +246,10 @@ class _Launch:
         home = host.home(job)
         transcript = f"{home}/{self._transcript_rel()}"
         sandbox = getattr(host, "sandbox", None)
-        if cli is None and sandbox is not None:
+        if cli is None and sandbox is not None and not self.journal.replay_only:
             # A new container (the old one was lost) gets the workspace back from the World.
-            restore_workspace(sandbox, self.snapshots, self.journal.latest_meta("workspace"))
+            digest = self.journal.latest_meta("workspace") or self._session_workspace()
+            restore_workspace(sandbox, self.snapshots, digest)
         hooks = ToolHooks(
             self.journal,
             ReplayPolicy(self.config),
@@ -286,6 +287,16 @@ class _Launch:
             result["transcript"] = saved.digest
         host.finish(job)
         return result
+
+    def _session_workspace(self) -> str | None:
+        """The newest workspace snapshot of the session's earlier, finished turns."""
+        digest: str | None = None
+        for turn in self.world.list_turns(self.turn.session_id):
+            if turn.index < self.turn.index and turn.status is TurnStatus.DONE:
+                for step in self.world.load_steps(turn.turn_id):
+                    if step.status is StepStatus.DONE and "workspace" in step.meta:
+                        digest = str(step.meta["workspace"])
+        return digest
 
     def _transcript_rel(self) -> str:
         """Claude Code's transcript of this session, relative to its HOME."""

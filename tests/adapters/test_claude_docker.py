@@ -54,10 +54,13 @@ def test_turn_in_docker(h: Harness) -> None:
     assert bash_runs(h, ids["session"]) == 1 and notify_runs(h) == 1
     assert h.repeated_requests() == {}
 
-    # The session's next turn resumes the CLI's transcript in the same container.
+    # The session's next turn resumes the CLI's transcript; the container was lost
+    # between the turns, so a new one gets the workspace back from the World.
+    _remove_sandbox(ids["session"])
     second = h.cli(*run_args(h, "--session", ids["session"], prompt=SECOND_PROMPT))
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip().splitlines()[-1] == SECOND_REPLY
+    assert container_text(ids["session"], "/workspace/site/pricing.html") == "<h1>Pricing</h1>\n"
 
     # A finished turn replays in the container with 0 upstream calls and no tool run.
     calls = len(h.requests())
