@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, Line
 from durable_harness.adapters.cli_node import BRIDGE, HOOK
-from durable_harness.harness.errors import SandboxError, SandboxUnavailable
+from durable_harness.harness.errors import ConfigError, SandboxError, SandboxUnavailable
 from durable_harness.sandbox.docker import RUN_DIR, DockerSandbox
 
 __all__ = ["DockerCliHost", "UnixRelay"]
@@ -98,7 +98,15 @@ class DockerCliHost(CliHost):
         return _versions[key]
 
     def endpoint(self, proxy_url: str, job_id: str) -> str:
-        self.sandbox.container_id()  # the run folder exists once the container does
+        cid = self.sandbox.container_id()  # the run folder exists once the container does
+        mounts = self.sandbox.client.api.inspect_container(cid).get("Mounts") or []
+        if not any(m.get("Destination") == RUN_DIR for m in mounts):
+            raise ConfigError(
+                f"the container of session {self.sandbox.session_id} was made by an older "
+                f"durable-harness without {RUN_DIR}, so a CLI in it cannot reach the model "
+                f"proxy: run `durable-harness sandbox rm {self.sandbox.session_id}` (its "
+                "workspace is restored from the World) and resume the turn"
+            )
         if self._relay is None:
             path = os.path.join(self.sandbox.run_dir, SOCKET_NAME)
             self._relay = UnixRelay(path, proxy_url).start()
