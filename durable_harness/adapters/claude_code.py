@@ -67,6 +67,7 @@ from durable_harness.adapters.claude_setup import (
     workspace_spec,
 )
 from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun
+from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
@@ -123,8 +124,10 @@ class ClaudeCodeAdapter(Adapter):
 
     def run_turn(self, run: TurnRun) -> str:
         launches = _launch_steps(run.journal)
-        if launches and launches[-1].status is StepStatus.DONE and not run.journal.replay_only:
-            return str(decode_output(run.world, launches[-1])["reply"])
+        last_done = _finished(run.world, launches)
+        finished = last_done is not None and not last_done.get("deferred")
+        if finished and last_done is not None and not run.journal.replay_only:
+            return str(last_done["reply"])
         with open_host(run.config, run.turn.session_id) as host:
             if run.journal.replay_only:
                 return _replay(run, host, launches)
@@ -142,7 +145,7 @@ class ClaudeCodeAdapter(Adapter):
                     )
                     return str(result["reply"])
             number = len(launches)
-            plan = launch.plan(number)
+            plan = launch.plan(number, last_done)
             begun = run.journal.begin_keyed(
                 kind="agent",
                 name=self.name,
@@ -155,7 +158,23 @@ class ClaudeCodeAdapter(Adapter):
                 return str(begun.value["reply"])
             result = launch.run(plan, job_id(run.turn.turn_id, number))
             run.journal.end(begun, Outcome(result, {"source": "cli"}))
+            if result.get("deferred"):
+                # The CLI stopped at a wait (cli_waits): park the turn; the next delivery
+                # resumes the CLI, whose hook then finds the wait over (or defers again).
+                if launch.gate.suspended is None:
+                    raise TurnFailed(
+                        "Claude Code deferred a tool call that durable-harness did not defer"
+                    )
+                raise launch.gate.suspended
             return str(result["reply"])
+
+
+def _finished(world: World, launches: list[Step]) -> dict[str, Any] | None:
+    """The outcome of the turn's last launch, if it finished."""
+    if not launches or launches[-1].status is not StepStatus.DONE:
+        return None
+    value: dict[str, Any] = decode_output(world, launches[-1])
+    return value
 
 
 def _launch_steps(journal: Journal) -> list[Step]:
@@ -205,10 +224,19 @@ class _Launch:
         self.store = TranscriptStore(self.world)
         self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
+        secret = str(self.turn.config.get("signal_secret", ""))
+        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
 
     # -- what to run -----------------------------------------------------------------
-    def plan(self, number: int) -> dict[str, Any]:
-        """How launch ``number`` starts: mode, prompt and the transcript to restore."""
+    def plan(self, number: int, last: dict[str, Any] | None = None) -> dict[str, Any]:
+        """How launch ``number`` starts: mode, prompt and the transcript to restore.
+
+        ``last`` is the outcome of the previous launch when it finished deferred (at a
+        wait): the CLI resumes with an empty prompt, which runs the deferred call.
+        """
+        if last is not None and last.get("deferred"):
+            transcript = last["transcript"]
+            return {"mode": "resume", "message": "", "transcript": transcript, "launch": number}
         turn, epoch = self.turn, self.journal.lease.epoch
         saved = latest_turn_transcript(self.world, turn.session_id, turn.turn_id, epoch)
         if saved is None:
@@ -223,7 +251,7 @@ class _Launch:
     def _close_interrupted(self) -> None:
         """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
         policy = ReplayPolicy(self.config)
-        host = {t.name: t for t in self.tools}
+        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
         for step in list(self.journal.recorded.values()):
             if step.kind != "tool" or step.status is not StepStatus.INTENT:
                 continue
@@ -255,12 +283,14 @@ class _Launch:
             ReplayPolicy(self.config),
             host_tool_prefix=f"mcp__{SERVER_NAME}__",
             before_intent=None if self.journal.replay_only else self._saver(transcript),
+            waits=self.gate,
             outcome_meta=None if sandbox is None else self._snapshotter(sandbox),
             adopt=cli is not None,
         )
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
-        mcp = HostToolServer(self.journal, self.tools, self.turn.session_id)
+        tools = self.tools + self.gate.tools
+        mcp = HostToolServer(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
         callbacks = ProxyCallbacks(
             on_request=self._on_request(hooks), control=hooks.handle, mcp=mcp.handle
         )
@@ -280,6 +310,9 @@ class _Launch:
         reply = self._reply(outcome, proxy)
         final = host.read_file(transcript) or b""
         result: dict[str, Any] = {"reply": reply, "session": self.session}
+        deferred = (outcome.result or {}).get("deferred_tool_use")
+        if (outcome.result or {}).get("stop_reason") == "tool_deferred" and deferred:
+            result["deferred"] = str(deferred.get("id"))
         if not self.journal.replay_only:
             saved = self.store.save(final)
             epoch = self.journal.lease.epoch
@@ -362,13 +395,14 @@ class _Launch:
                 for event in _HOOK_EVENTS
             }
         }
-        servers: dict[str, Any] = {}
-        if self.tools:
-            servers[SERVER_NAME] = {
+        # Always served: the wait tools (cli_waits) are host tools too.
+        servers = {
+            SERVER_NAME: {
                 "type": "http",
                 "url": f"{url}/mcp",
                 "headers": {"Authorization": f"Bearer {token}"},
             }
+        }
         files = {
             "durable-harness-endpoint.json": json.dumps({"url": url, "token": token}).encode(),
             "durable-harness-settings.json": json.dumps(settings, indent=1).encode(),

@@ -18,7 +18,9 @@ possibly ran                       **deny** with the possibly-ran message
 PostToolUse (and PostToolUseFailure) record the outcome. A hook command that cannot
 reach the harness exits 2, which makes the CLI block the tool: a tool never runs
 without its intent recorded first (invariant 1). Tools the harness serves itself over
-MCP (host tools) are journaled by the MCP handler instead; their hooks only allow.
+MCP (host tools) are journaled by the MCP handler instead; their hooks only allow, except
+for the wait tools, which :class:`~.cli_waits.WaitGate` lets run only once the wait is
+over (otherwise the call is deferred and the turn parked).
 
 :class:`ReplayPolicy` gives Claude Code's own tools their labels: read-only tools are
 ``safe``; Bash, Edit, Write and every other tool are ``never`` unless the user's
@@ -32,7 +34,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -40,6 +42,9 @@ from durable_harness.harness.errors import ConfigError
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
 from durable_harness.harness.tools import Replay
 from durable_harness.worlds.base import StepStatus
+
+if TYPE_CHECKING:
+    from durable_harness.adapters.cli_waits import WaitGate
 
 __all__ = ["ClaudeCodeConfig", "ReplayPolicy", "ToolHooks"]
 
@@ -143,6 +148,7 @@ class ToolHooks:
         *,
         host_tool_prefix: str,
         before_intent: Callable[[str | None, str], None] | None = None,
+        waits: WaitGate | None = None,
         outcome_meta: Callable[[], dict[str, Any]] | None = None,
         adopt: bool = False,
     ) -> None:
@@ -150,6 +156,7 @@ class ToolHooks:
         self.policy = policy
         self.host_tool_prefix = host_tool_prefix
         self.before_intent = before_intent
+        self.waits = waits
         self.outcome_meta = outcome_meta
         self.adopt = adopt
         self.open: dict[str, OpenStep] = {}
@@ -173,9 +180,12 @@ class ToolHooks:
         name = str(payload.get("tool_name") or "")
         if not tool_use_id:
             return deny("durable-harness: this tool call has no tool_use_id to journal it by")
-        if name.startswith(self.host_tool_prefix):
-            return allow("a durable-harness host tool: journaled by the harness itself")
         tool_input = payload.get("tool_input") or {}
+        if name.startswith(self.host_tool_prefix):
+            bare = name.removeprefix(self.host_tool_prefix)
+            if self.waits is not None and self.waits.handles(bare):
+                return self.waits.pre_tool_use(bare, tool_input, tool_use_id)
+            return allow("a durable-harness host tool: journaled by the harness itself")
         key = f"tool:{tool_use_id}"
         if self.journal.lookup(key) is None and self.before_intent is not None:
             self.before_intent(payload.get("transcript_path"), tool_use_id)

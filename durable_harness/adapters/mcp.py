@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from durable_harness.harness.errors import TurnSuspended
 from durable_harness.harness.journal import Journal, Outcome, StepResult
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError, canonical_json
 from durable_harness.worlds.base import StepStatus
@@ -29,10 +30,13 @@ TOOL_USE_META = "claudecode/toolUseId"
 class HostToolServer:
     """JSON-RPC handler for one launch: ``handle(message) -> reply | None``."""
 
-    def __init__(self, journal: Journal, tools: list[Tool], session_id: str) -> None:
+    def __init__(
+        self, journal: Journal, tools: list[Tool], session_id: str, signal_secret: str = ""
+    ) -> None:
         self.journal = journal
         self.tools = {t.name: t for t in tools}
         self.session_id = session_id
+        self.signal_secret = signal_secret
 
     @property
     def prefix(self) -> str:
@@ -91,10 +95,14 @@ class HostToolServer:
             if begun.status is StepStatus.POSSIBLY_RAN:
                 return _result(str(begun.value), True)
             return _result(str(begun.value.get("content", "")), bool(begun.value.get("is_error")))
-        ctx = ToolContext(self.journal.turn_id, self.session_id, begun.step.seq)
+        ctx = ToolContext(self.journal.turn_id, self.session_id, begun.step.seq, self.signal_secret)
         try:
             out = tool.invoke(arguments, ctx)
             value = {"content": out if isinstance(out, str) else _jsonish(out), "is_error": False}
+        except TurnSuspended:
+            # A wait reached without its PreToolUse hook (which defers it): stop the launch
+            # (the proxy stores this as fatal) and park the turn; nothing is recorded.
+            raise
         except ToolInputError as exc:
             value = {"content": str(exc), "is_error": True}
         except Exception as exc:  # a host tool's failure is its result
