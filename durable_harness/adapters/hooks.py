@@ -221,6 +221,16 @@ class ToolHooks:
             value = {"tool_response": payload.get("tool_response")}
         self._end(step, value, "hook")
 
+    def close_open(self, tool_use_id: str, value: dict[str, Any], source: str) -> bool:
+        """Record the outcome of a call this launch opened (or, re-attached, adopted) and
+        whose PostToolUse never came (taken from the CLI's next model request); False if
+        no such call is open. (Main's Codex adapter uses it.)"""
+        step = self._take(tool_use_id)
+        if step is None:
+            return False
+        self._end(step, value, source)
+        return True
+
     def _take(self, tool_use_id: str) -> OpenStep | None:
         """The open step of a call, to finish once: this launch's, or (re-attached) an
         intent the earlier worker opened and did not finish."""
