@@ -345,6 +345,11 @@ class DockerSandbox(Sandbox):
         self._container_id = None
         self._cache.clear()
         self._mark = None
+        # The run folder holds at most a proxy socket (useless without the container).
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.run_dir):
+                os.unlink(os.path.join(self.run_dir, name))
+            os.rmdir(self.run_dir)
 
     def close(self) -> None:
         """Free the client; the container stays for the session's next turn (a throwaway
