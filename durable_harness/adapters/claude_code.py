@@ -143,7 +143,7 @@ class ClaudeCodeAdapter(Adapter):
                         OpenStep(last, time.monotonic()),
                         Outcome(result, {"source": "cli", "reattached": True}),
                     )
-                    return str(result["reply"])
+                    return _reply_or_park(result, launch, reattached=True)
             number = len(launches)
             plan = launch.plan(number, last_done)
             begun = run.journal.begin_keyed(
@@ -158,15 +158,22 @@ class ClaudeCodeAdapter(Adapter):
                 return str(begun.value["reply"])
             result = launch.run(plan, job_id(run.turn.turn_id, number))
             run.journal.end(begun, Outcome(result, {"source": "cli"}))
-            if result.get("deferred"):
-                # The CLI stopped at a wait (cli_waits): park the turn; the next delivery
-                # resumes the CLI, whose hook then finds the wait over (or defers again).
-                if launch.gate.suspended is None:
-                    raise TurnFailed(
-                        "Claude Code deferred a tool call that durable-harness did not defer"
-                    )
-                raise launch.gate.suspended
-            return str(result["reply"])
+            return _reply_or_park(result, launch, reattached=False)
+
+
+def _reply_or_park(result: dict[str, Any], launch: _Launch, *, reattached: bool) -> str:
+    """The launch's reply; or, when the CLI stopped at a wait (cli_waits), park the turn:
+    the next delivery resumes the CLI, whose hook then finds the wait over (or defers
+    again)."""
+    if not result.get("deferred"):
+        return str(result["reply"])
+    if launch.gate.suspended is not None:
+        raise launch.gate.suspended
+    if reattached:
+        # The dead worker's hook deferred the call: the next delivery resumes the CLI,
+        # and its hook asks the wait again.
+        raise DurableHarnessError("Claude Code stopped at a wait; the turn resumes to ask again")
+    raise TurnFailed("Claude Code deferred a tool call that durable-harness did not defer")
 
 
 def _finished(world: World, launches: list[Step]) -> dict[str, Any] | None:
