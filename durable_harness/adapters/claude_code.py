@@ -94,7 +94,13 @@ from durable_harness.harness.workspace import SnapshotStore, restore_workspace, 
 from durable_harness.sandbox.base import Sandbox
 from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
 
-__all__ = ["CLAUDE_CODE_VERSION", "ClaudeCodeAdapter", "find_claude", "project_dir_name"]
+__all__ = [
+    "CLAUDE_CODE_VERSION",
+    "ClaudeCodeAdapter",
+    "find_claude",
+    "project_dir_name",
+    "workspace_of",  # the Codex adapter on main imports it from here
+]
 
 RETRIES_ENV = "DURABLE_HARNESS_CLAUDE_MAX_RETRIES"
 #: Retries the CLI makes itself on a failed model call before giving up; the worker then

@@ -113,12 +113,13 @@ def workspace_spec(config: dict[str, Any]) -> str:
     return spec
 
 
-def workspace_of(config: dict[str, Any]) -> Path:
-    """The host folder of an opted-in host run (:func:`workspace_spec` checked first)."""
-    spec = workspace_spec(config)
+def workspace_of(config: dict[str, Any], agent: str = "claude-code") -> Path:
+    """The host folder of a host run (made if missing); the caller checked the opt-in
+    (:func:`workspace_spec`). ConfigError for the virtual workspace."""
+    spec = str(config.get("workspace", "virtual"))
     if spec == "virtual":
         raise ConfigError(
-            "the claude-code agent runs the real CLI: give --workspace docker (the virtual "
+            f"the {agent} agent runs the real CLI: give --workspace docker (the virtual "
             "workspace cannot host it)"
         )
     path = Path(spec).expanduser()
