@@ -39,14 +39,13 @@ import os
 import queue
 import secrets
 import shlex
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.canonical import ClaudeCodeCanonicalizer
+from durable_harness.adapters.claude_output import LaunchOutput
 from durable_harness.adapters.claude_session import (
     LAUNCH_PREFIX,
     TranscriptStore,
@@ -75,7 +74,6 @@ from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
     LeaseLost,
-    ModelError,
     ReplayDivergence,
     TurnFailed,
 )
@@ -213,14 +211,6 @@ def _stored_input(world: World, step: Step) -> str:
     return text
 
 
-@dataclass
-class _Outcome:
-    result: dict[str, Any] | None = None
-    stderr: str = ""
-    status: int | None = None
-    texts: list[str] = field(default_factory=list)
-
-
 class _Launch:
     """One run of the CLI for a turn (see the module docstring)."""
 
@@ -320,7 +310,7 @@ class _Launch:
             if cli is None:
                 cli = host.start(self._launch(job, binary, home, endpoint, token, plan))
             outcome = self._supervise(cli, proxy)
-        reply = self._reply(outcome, proxy)
+        reply = outcome.reply(proxy.upstream_errors)
         final = host.read_file(transcript) or b""
         result: dict[str, Any] = {"reply": reply, "session": self.session}
         deferred = (outcome.result or {}).get("deferred_tool_use")
@@ -454,8 +444,8 @@ class _Launch:
         stdin = str(plan["message"]).encode()
         return CliLaunch(job, argv, env, stdin, files)
 
-    def _supervise(self, cli: CliRun, proxy: JournalingProxy) -> _Outcome:
-        outcome = _Outcome()
+    def _supervise(self, cli: CliRun, proxy: JournalingProxy) -> LaunchOutput:
+        outcome = LaunchOutput()
         lines = cli.output()
         try:
             while not proxy.fatal_event.is_set():
@@ -467,7 +457,7 @@ class _Launch:
                     break
                 if isinstance(line, BaseException):
                     raise line
-                self._event(line, outcome)
+                outcome.feed(line, show_progress=self.journal.on_step is not None)
             if not proxy.fatal_event.is_set():
                 outcome.status = cli.wait()
         finally:
@@ -477,45 +467,3 @@ class _Launch:
         if proxy.fatal is not None:
             raise proxy.fatal
         return outcome
-
-    def _event(self, line: bytes, outcome: _Outcome) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        if event.get("type") == "result":
-            outcome.result = event
-        elif event.get("type") == "assistant" and self.journal.on_step is not None:
-            for block in (event.get("message") or {}).get("content") or []:
-                if block.get("type") == "text" and block.get("text"):
-                    _progress(f"claude: {block['text']}")
-                elif block.get("type") == "tool_use":
-                    _progress(f"claude: {block.get('name')} {json.dumps(block.get('input'))}")
-
-    def _reply(self, outcome: _Outcome, proxy: JournalingProxy) -> str:
-        result = outcome.result
-        # The distinct model errors of this launch, oldest first (a stream that broke may be
-        # followed by the CLI's non-streaming retry breaking another way).
-        upstream = "; ".join(dict.fromkeys(proxy.upstream_errors[-3:])) or None
-        if result is None:
-            raise DurableHarnessError(
-                f"Claude Code exited with status {outcome.status} without a result"
-                + (f" (last model error: {upstream})" if upstream else "")
-                + f": {outcome.stderr.strip()[-500:] or 'no output'}"
-            )
-        if result.get("is_error") or result.get("subtype") != "success":
-            text = str(result.get("result") or result.get("subtype"))
-            if result.get("terminal_reason") == "api_error" or upstream:
-                raise ModelError(
-                    f"the model call failed ({upstream or text}); the turn will be resumed"
-                )
-            raise TurnFailed(f"Claude Code ended the turn with an error: {text}")
-        return str(result.get("result") or "")
-
-
-def _progress(text: str) -> None:
-    text = text.replace("\n", " ")
-    sys.stderr.write(f"  {text[:160]}\n")
-    sys.stderr.flush()
