@@ -12,12 +12,17 @@ final transcript. Inside a launch:
 * the CLI's transcript is saved to the World before every tool intent
   (:mod:`.claude_session`).
 
-The CLI runs non-interactively in the turn's workspace with a fresh, private HOME, a
-session id derived from the durable-harness session, a per-launch token instead of any
-provider key, and under :mod:`.reaper`, so that it and every process it started die with
-the worker. Which launch runs next:
+The CLI runs non-interactively with a fresh, private HOME, a session id derived from the
+durable-harness session and a per-launch token instead of any provider key, where a
+:class:`~.cli_host.CliHost` puts it: in the session's Docker container as a detached job
+that outlives the worker (:mod:`.cli_docker`, the only place it runs by default), or on a
+host folder under :mod:`.reaper` (a developer-only opt-in, :data:`~.cli_host.UNSAFE_HOST_ENV`).
+Which launch runs next:
 
 * the last launch finished (the worker died after the CLI did): its reply, no CLI run;
+* the last launch's CLI still runs in the container (or ended well) after its worker
+  died: follow it again from its first output line to its end (hooks re-journal
+  idempotently), and finish that launch;
 * a transcript of this turn was saved: restore it and ``--resume`` with a message written
   from the journal (:func:`~.claude_session.resume_message`);
 * otherwise the turn starts as it first did (the session's previous transcript and the
@@ -29,27 +34,18 @@ answering only from the journal: zero upstream calls, zero tool runs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue
-import re
 import secrets
 import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from durable_harness.adapters import hook_client, reaper
 from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.canonical import ClaudeCodeCanonicalizer
+from durable_harness.adapters.claude_output import LaunchOutput
 from durable_harness.adapters.claude_session import (
     LAUNCH_PREFIX,
     TranscriptStore,
@@ -57,6 +53,19 @@ from durable_harness.adapters.claude_session import (
     previous_turn_transcript,
     resume_message,
 )
+from durable_harness.adapters.claude_setup import (
+    CLAUDE_CODE_VERSION,
+    check_version,
+    claude_session_id,
+    find_claude,
+    job_id,
+    launch_token,
+    open_host,
+    project_dir_name,
+    workspace_of,
+    workspace_spec,
+)
+from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun
 from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
@@ -64,149 +73,111 @@ from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upst
 from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
-    ModelError,
+    LeaseLost,
     ReplayDivergence,
     TurnFailed,
 )
-from durable_harness.harness.journal import BLOB_PREFIX, Journal, Outcome, StepResult, decode_output
+from durable_harness.harness.journal import (
+    BLOB_PREFIX,
+    Journal,
+    OpenStep,
+    Outcome,
+    StepResult,
+    decode_output,
+)
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Tool, load_tools
-from durable_harness.worlds.base import Step, StepStatus, World
+from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
+from durable_harness.sandbox.base import Sandbox
+from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
 
-__all__ = ["CLAUDE_CODE_VERSION", "ClaudeCodeAdapter", "find_claude", "project_dir_name"]
+__all__ = [
+    "CLAUDE_CODE_VERSION",
+    "ClaudeCodeAdapter",
+    "find_claude",
+    "project_dir_name",
+    "workspace_of",  # the Codex adapter on main imports it from here
+]
 
-#: The one Claude Code version this adapter's rules were measured on (scripts/setup).
-CLAUDE_CODE_VERSION = "2.1.332"
-BIN_ENV = "DURABLE_HARNESS_CLAUDE_BIN"
 RETRIES_ENV = "DURABLE_HARNESS_CLAUDE_MAX_RETRIES"
 #: Retries the CLI makes itself on a failed model call before giving up; the worker then
 #: releases the turn and a later delivery resumes it.
 DEFAULT_CLI_RETRIES = "2"
-_REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
-_SESSION_NAMESPACE = uuid.UUID("5d0b8f5e-5b39-4bb5-9a55-3c1f1f4b0d2a")
 _HOOK_EVENTS = ("SessionStart", "PreToolUse", "PostToolUse", "PostToolUseFailure")
 _FLUSH_WAIT = 3.0  # seconds the transcript may take to show a tool call before a save
 _HOOKS_WAIT = 10.0  # seconds the first model call waits for proof the hooks are live
-_PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
-_versions_seen: dict[str, str] = {}
-
-
-def find_claude() -> str:
-    """The ``claude`` binary: $DURABLE_HARNESS_CLAUDE_BIN, the project's pinned install
-    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
-    override = os.environ.get(BIN_ENV)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise ConfigError(f"{BIN_ENV}={override!r} is not an executable file")
-        return override
-    pinned = _REPO_BIN / "claude"
-    if os.access(pinned, os.X_OK):
-        return str(pinned)
-    found = shutil.which("claude")
-    if found is None:
-        raise ConfigError(
-            f"Claude Code is not installed: run scripts/setup (it installs "
-            f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into .tools/npm), or set "
-            f"{BIN_ENV} to a claude binary of that version"
-        )
-    return found
-
-
-def check_version(binary: str) -> None:
-    """ConfigError unless ``binary --version`` is exactly :data:`CLAUDE_CODE_VERSION`."""
-    version = _versions_seen.get(binary)
-    if version is None:
-        try:
-            out = subprocess.run(
-                [binary, "--version"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ConfigError(f"cannot run {binary} --version: {exc}") from None
-        version = (out.stdout.split() or ["(nothing)"])[0]
-        _versions_seen[binary] = version
-    if version != CLAUDE_CODE_VERSION:
-        raise ConfigError(
-            f"{binary} is Claude Code {version}, but durable-harness needs exactly "
-            f"{CLAUDE_CODE_VERSION} (its request canonicalization is measured on that "
-            f"version): run scripts/setup, or point {BIN_ENV} at that version"
-        )
-
-
-def project_dir_name(workspace: str) -> str:
-    """Claude Code's folder for a workspace's transcripts: the path, non-alphanumerics as -."""
-    return re.sub(r"[^a-zA-Z0-9]", "-", workspace)
-
-
-def claude_session_id(session_id: str) -> str:
-    """The Claude Code session id of a durable-harness session (the same on every worker)."""
-    return str(uuid.uuid5(_SESSION_NAMESPACE, session_id))
-
-
-def workspace_of(config: dict[str, Any]) -> Path:
-    spec = str(config.get("workspace", "virtual"))
-    if spec == "virtual":
-        raise ConfigError(
-            "the claude-code agent runs the real CLI on a host folder: give --workspace DIR "
-            "(the virtual workspace cannot host it; a Docker sandbox is coming)"
-        )
-    path = Path(spec).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"workspace {spec!r} is a file; give a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create workspace {spec!r}: {exc}") from None
-    return path.resolve()
 
 
 class ClaudeCodeAdapter(Adapter):
     name = "claude-code"
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
-        workspace_of(config)
-        for spec in config.get("tools", []):
-            load_tools(spec)
+        spec = workspace_spec(config)
+        for tools_spec in config.get("tools", []):
+            load_tools(tools_spec)
         ClaudeCodeConfig.parse(config.get("agent_config"), "in the turn")
         resolve_endpoint(config.get("base_url"))
-        check_version(find_claude())
+        if spec == "docker":
+            from durable_harness.sandbox import open_sandbox
+
+            open_sandbox("docker").close()  # Docker answers and the image is built
+        else:
+            workspace_of(config)
+            check_version(find_claude())
 
     def run_turn(self, run: TurnRun) -> str:
-        if run.journal.replay_only:
-            return _replay(run)
-        journal = run.journal
-        launches = _launch_steps(journal)
-        last = _finished(run.world, launches)
-        if last is not None and not last.get("deferred"):
-            return str(last["reply"])
-        launch = _Launch(run)
-        plan = launch.plan(len(launches), last)
-        begun = journal.begin_keyed(
-            kind="agent",
-            name=self.name,
-            key=f"{LAUNCH_PREFIX}{len(launches)}",
-            input=plan,
-            replay="safe",
-            store_input=True,
-        )
-        if isinstance(begun, StepResult):  # cannot happen: the key is new
-            return str(begun.value["reply"])
-        result = launch.run(plan)
-        journal.end(begun, Outcome(result, {"source": "cli"}))
-        if result.get("deferred"):
-            # The CLI stopped at a wait (cli_waits): park the turn; the next delivery
-            # resumes the CLI, whose hook then finds the wait over (or defers again).
-            if launch.gate.suspended is None:
-                raise TurnFailed(
-                    "Claude Code deferred a tool call that durable-harness did not defer"
-                )
-            raise launch.gate.suspended
+        launches = _launch_steps(run.journal)
+        last_done = _finished(run.world, launches)
+        finished = last_done is not None and not last_done.get("deferred")
+        if finished and last_done is not None and not run.journal.replay_only:
+            return str(last_done["reply"])
+        with open_host(run.config, run.turn.session_id) as host:
+            if run.journal.replay_only:
+                return _replay(run, host, launches)
+            launch = _Launch(run, host)
+            last = launches[-1] if launches else None
+            if last is not None and last.status is StepStatus.INTENT and host.durable:
+                # The CLI of an earlier worker may still run (Docker): finish that launch.
+                cli = host.attach(job_id(run.turn.turn_id, len(launches) - 1))
+                if cli is not None:
+                    plan = json.loads(_stored_input(run.world, last))
+                    result = launch.run(plan, job_id(run.turn.turn_id, len(launches) - 1), cli)
+                    run.journal.end(
+                        OpenStep(last, time.monotonic()),
+                        Outcome(result, {"source": "cli", "reattached": True}),
+                    )
+                    return _reply_or_park(result, launch, reattached=True)
+            number = len(launches)
+            plan = launch.plan(number, last_done)
+            begun = run.journal.begin_keyed(
+                kind="agent",
+                name=self.name,
+                key=f"{LAUNCH_PREFIX}{number}",
+                input=plan,
+                replay="safe",
+                store_input=True,
+            )
+            if isinstance(begun, StepResult):  # cannot happen: the key is new
+                return str(begun.value["reply"])
+            result = launch.run(plan, job_id(run.turn.turn_id, number))
+            run.journal.end(begun, Outcome(result, {"source": "cli"}))
+            return _reply_or_park(result, launch, reattached=False)
+
+
+def _reply_or_park(result: dict[str, Any], launch: _Launch, *, reattached: bool) -> str:
+    """The launch's reply; or, when the CLI stopped at a wait (cli_waits), park the turn:
+    the next delivery resumes the CLI, whose hook then finds the wait over (or defers
+    again)."""
+    if not result.get("deferred"):
         return str(result["reply"])
+    if launch.gate.suspended is not None:
+        raise launch.gate.suspended
+    if reattached:
+        # The dead worker's hook deferred the call: the next delivery resumes the CLI,
+        # and its hook asks the wait again.
+        raise DurableHarnessError("Claude Code stopped at a wait; the turn resumes to ask again")
+    raise TurnFailed("Claude Code deferred a tool call that durable-harness did not defer")
 
 
 def _finished(world: World, launches: list[Step]) -> dict[str, Any] | None:
@@ -222,13 +193,14 @@ def _launch_steps(journal: Journal) -> list[Step]:
     return [s for s in steps if s.key.startswith(LAUNCH_PREFIX)]
 
 
-def _replay(run: TurnRun) -> str:
+def _replay(run: TurnRun, host: CliHost, launches: list[Step]) -> str:
     """Run the turn's last finished launch again, the proxy answering from the journal."""
-    done = [s for s in _launch_steps(run.journal) if s.status is StepStatus.DONE]
+    done = [s for s in launches if s.status is StepStatus.DONE]
     if not done:
         raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
     plan = json.loads(_stored_input(run.world, done[-1]))
-    result = _Launch(run).run(plan)
+    job = f"{run.turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
+    result = _Launch(run, host).run(plan, job)
     return str(result["reply"])
 
 
@@ -239,28 +211,21 @@ def _stored_input(world: World, step: Step) -> str:
     return text
 
 
-@dataclass
-class _Outcome:
-    result: dict[str, Any] | None = None
-    stderr: str = ""
-    status: int | None = None
-    texts: list[str] = field(default_factory=list)
-
-
 class _Launch:
     """One run of the CLI for a turn (see the module docstring)."""
 
-    def __init__(self, run: TurnRun) -> None:
+    def __init__(self, run: TurnRun, host: CliHost) -> None:
         self.run_ = run
+        self.host = host
         self.world = run.world
         self.journal = run.journal
         self.turn = run.turn
-        self.workspace = workspace_of(run.config)
         self.config = ClaudeCodeConfig.parse(run.config.get("agent_config"), "in the turn")
         specs = run.config.get("tools", [])
         self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
         self.session = claude_session_id(self.turn.session_id)
         self.store = TranscriptStore(self.world)
+        self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
         secret = str(self.turn.config.get("signal_secret", ""))
         self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
@@ -302,44 +267,51 @@ class _Launch:
                 )
 
     # -- running it ----------------------------------------------------------------------
-    def run(self, plan: dict[str, Any]) -> dict[str, Any]:
-        binary = find_claude()
-        check_version(binary)
+    def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:
+        """Run the launch ``job`` (or follow ``cli``, the same launch started by an earlier
+        worker) to its end; its reply and final transcript."""
+        host = self.host
+        binary = host.binary("claude")
+        check_version(binary, host)
         url, key = resolve_endpoint(self.run_.config.get("base_url"))
-        token = secrets.token_urlsafe(32)
-        with tempfile.TemporaryDirectory(prefix="durable-harness-claude-") as tmp:
-            home = Path(tmp)
-            transcript = (
-                home / ".claude" / "projects" / project_dir_name(str(self.workspace))
-                / f"{self.session}.jsonl"
-            )  # fmt: skip
-            transcript.parent.mkdir(parents=True)
-            if plan.get("transcript"):
-                transcript.write_bytes(self.store.load(str(plan["transcript"])))
-            hooks = ToolHooks(
-                self.journal,
-                ReplayPolicy(self.config),
-                host_tool_prefix=f"mcp__{SERVER_NAME}__",
-                before_intent=None if self.journal.replay_only else self._saver(transcript),
-                waits=self.gate,
-            )
-            tools = self.tools + self.gate.tools
-            mcp = HostToolServer(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
-            callbacks = ProxyCallbacks(
-                on_request=self._on_request(hooks), control=hooks.handle, mcp=mcp.handle
-            )
-            proxy = JournalingProxy(
-                self.journal,
-                ClaudeCodeCanonicalizer(home=str(home)),
-                Upstream(url, key, send_key=is_loopback(url)),
-                token,
-                callbacks,
-            )
-            with proxy:
-                command = self._command(binary, home, proxy.url, token, plan)
-                outcome = self._supervise(command, self._env(home, proxy.url, token), plan, proxy)
-            reply = self._reply(outcome, proxy)
-            final = transcript.read_bytes() if transcript.exists() else b""
+        home = host.home(job)
+        transcript = f"{home}/{self._transcript_rel()}"
+        sandbox = getattr(host, "sandbox", None)
+        if cli is None and sandbox is not None and not self.journal.replay_only:
+            # A new container (the old one was lost) gets the workspace back from the World.
+            digest = self.journal.latest_meta("workspace") or self._session_workspace()
+            restore_workspace(sandbox, self.snapshots, digest)
+        hooks = ToolHooks(
+            self.journal,
+            ReplayPolicy(self.config),
+            host_tool_prefix=f"mcp__{SERVER_NAME}__",
+            before_intent=None if self.journal.replay_only else self._saver(transcript),
+            waits=self.gate,
+            outcome_meta=None if sandbox is None else self._snapshotter(sandbox),
+            adopt=cli is not None,
+        )
+        if cli is not None:
+            hooks.session_started.set()  # it started under the earlier worker
+        tools = self.tools + self.gate.tools
+        mcp = HostToolServer(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
+        callbacks = ProxyCallbacks(
+            on_request=self._on_request(hooks), control=hooks.handle, mcp=mcp.handle
+        )
+        token = launch_token(self.turn.config, job) if host.durable else secrets.token_urlsafe(32)
+        proxy = JournalingProxy(
+            self.journal,
+            ClaudeCodeCanonicalizer(home=home),
+            Upstream(url, key, send_key=is_loopback(url)),
+            token,
+            callbacks,
+        )
+        with proxy:
+            endpoint = host.endpoint(proxy.url, job)
+            if cli is None:
+                cli = host.start(self._launch(job, binary, home, endpoint, token, plan))
+            outcome = self._supervise(cli, proxy)
+        reply = outcome.reply(proxy.upstream_errors)
+        final = host.read_file(transcript) or b""
         result: dict[str, Any] = {"reply": reply, "session": self.session}
         deferred = (outcome.result or {}).get("deferred_tool_use")
         if (outcome.result or {}).get("stop_reason") == "tool_deferred" and deferred:
@@ -349,25 +321,49 @@ class _Launch:
             epoch = self.journal.lease.epoch
             self.store.point(self.turn.session_id, self.turn.turn_id, epoch, saved)
             result["transcript"] = saved.digest
+        host.finish(job)
         return result
 
-    def _saver(self, transcript: Path) -> Any:
+    def _session_workspace(self) -> str | None:
+        """The newest workspace snapshot of the session's earlier, finished turns."""
+        digest: str | None = None
+        for turn in self.world.list_turns(self.turn.session_id):
+            if turn.index < self.turn.index and turn.status is TurnStatus.DONE:
+                for step in self.world.load_steps(turn.turn_id):
+                    if step.status is StepStatus.DONE and "workspace" in step.meta:
+                        digest = str(step.meta["workspace"])
+        return digest
+
+    def _transcript_rel(self) -> str:
+        """Claude Code's transcript of this session, relative to its HOME."""
+        return f".claude/projects/{project_dir_name(self.host.workspace)}/{self.session}.jsonl"
+
+    def _saver(self, transcript: str) -> Any:
         def before_intent(reported: str | None, tool_use_id: str) -> None:
             # Claude Code writes its transcript a little after the fact: wait (briefly)
             # until it holds this call, so a resume from this save knows the call exists.
             deadline = time.monotonic() + _FLUSH_WAIT
             data = b""
             while time.monotonic() < deadline:
-                data = transcript.read_bytes() if transcript.exists() else b""
+                data = self.host.read_file(transcript) or b""
                 if tool_use_id.encode() in data:
                     break
-                time.sleep(0.01)
+                time.sleep(0.02)
             with self._save_lock:
                 saved = self.store.save(data)
                 lease = self.journal.lease
                 self.store.point(self.turn.session_id, self.turn.turn_id, lease.epoch, saved)
 
         return before_intent
+
+    def _snapshotter(self, sandbox: Sandbox) -> Any:
+        def outcome_meta() -> dict[str, Any]:
+            # The workspace as this tool left it: a new container is restored from it.
+            with self._save_lock:
+                digest = save_workspace(sandbox, self.snapshots)
+            return {} if digest is None else {"workspace": digest}
+
+        return outcome_meta
 
     def _on_request(self, hooks: ToolHooks) -> Any:
         def on_request(body: dict[str, Any]) -> None:
@@ -381,13 +377,10 @@ class _Launch:
 
         return on_request
 
-    def _command(
-        self, binary: str, home: Path, url: str, token: str, plan: dict[str, Any]
-    ) -> list[str]:
-        endpoint = home / "durable-harness-endpoint.json"
-        endpoint.write_text(json.dumps({"url": url, "token": token}))
-        endpoint.chmod(0o600)
-        client = [sys.executable, "-I", "-S", hook_client.__file__, str(endpoint)]
+    def _launch(
+        self, job: str, binary: str, home: str, url: str, token: str, plan: dict[str, Any]
+    ) -> CliLaunch:
+        endpoint = f"{home}/durable-harness-endpoint.json"
         settings = {
             "hooks": {
                 event: [
@@ -396,7 +389,7 @@ class _Launch:
                         "hooks": [
                             {
                                 "type": "command",
-                                "command": shlex.join([*client, event]),
+                                "command": shlex.join(self.host.hook_command(endpoint, event)),
                                 "timeout": 600,
                             }
                         ],
@@ -405,9 +398,6 @@ class _Launch:
                 for event in _HOOK_EVENTS
             }
         }
-        settings_file = home / "durable-harness-settings.json"
-        settings_file.write_text(json.dumps(settings, indent=1))
-        mcp_file = home / "durable-harness-mcp.json"
         # Always served: the wait tools (cli_waits) are host tools too.
         servers = {
             SERVER_NAME: {
@@ -416,139 +406,64 @@ class _Launch:
                 "headers": {"Authorization": f"Bearer {token}"},
             }
         }
-        mcp_file.write_text(json.dumps({"mcpServers": servers}))
+        files = {
+            "durable-harness-endpoint.json": json.dumps({"url": url, "token": token}).encode(),
+            "durable-harness-settings.json": json.dumps(settings, indent=1).encode(),
+            "durable-harness-mcp.json": json.dumps({"mcpServers": servers}).encode(),
+        }
+        if plan.get("transcript"):
+            files[self._transcript_rel()] = self.store.load(str(plan["transcript"]))
         start = "--session-id" if plan["mode"] == "new" else "--resume"
-        return [
+        argv = [
             binary,
             "-p",
             "--output-format", "stream-json",
             "--verbose",
             "--model", str(self.run_.config.get("model") or self.run_.settings.model),
-            "--settings", str(settings_file),
+            "--settings", f"{home}/durable-harness-settings.json",
             # Project and local settings could switch the journaling hooks off.
             "--setting-sources", "user",
-            "--mcp-config", str(mcp_file),
+            "--mcp-config", f"{home}/durable-harness-mcp.json",
             "--strict-mcp-config",
             "--dangerously-skip-permissions",
             start, self.session,
         ]  # fmt: skip
+        env = {
+            "HOME": home,
+            "TERM": "dumb",
+            "ANTHROPIC_BASE_URL": url,
+            "ANTHROPIC_API_KEY": token,  # the proxy's per-launch token, never a provider key
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",  # memory would live in the lost HOME
+            "CLAUDE_CODE_MAX_RETRIES": os.environ.get(RETRIES_ENV, DEFAULT_CLI_RETRIES),
+            "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root
+        }
+        stdin = str(plan["message"]).encode()
+        return CliLaunch(job, argv, env, stdin, files)
 
-    def _env(self, home: Path, url: str, token: str) -> dict[str, str]:
-        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env.update(
-            {
-                "HOME": str(home),
-                "SHELL": shutil.which("bash") or "/bin/sh",
-                "TERM": "dumb",
-                "ANTHROPIC_BASE_URL": url,
-                "ANTHROPIC_API_KEY": token,  # the proxy's per-launch token, never a provider key
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "DISABLE_AUTOUPDATER": "1",
-                "DISABLE_ERROR_REPORTING": "1",
-                "DISABLE_TELEMETRY": "1",
-                "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",  # memory would live in the lost HOME
-                "CLAUDE_CODE_MAX_RETRIES": os.environ.get(RETRIES_ENV, DEFAULT_CLI_RETRIES),
-                "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root
-            }
-        )
-        return env
-
-    def _supervise(
-        self, command: list[str], env: dict[str, str], plan: dict[str, Any], proxy: JournalingProxy
-    ) -> _Outcome:
-        outcome = _Outcome()
-        with tempfile.TemporaryFile() as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", reaper.__file__, str(os.getpid()), "--", *command],
-                cwd=self.workspace,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                start_new_session=True,
-            )
-            try:
-                assert proc.stdin is not None and proc.stdout is not None
-                with contextlib.suppress(OSError):
-                    proc.stdin.write(str(plan["message"]).encode())
-                    proc.stdin.close()
-                lines = _read_lines(proc.stdout)
-                while True:
-                    if proxy.fatal_event.is_set():
-                        break
-                    try:
-                        line = lines.get(timeout=0.1)
-                    except queue.Empty:
-                        continue
-                    if line is None:
-                        break
-                    self._event(line, outcome)
-                outcome.status = proc.wait() if not proxy.fatal_event.is_set() else None
-            finally:
-                if proc.poll() is None:
-                    proc.terminate()  # the reaper kills the CLI and everything it started
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-            stderr.seek(0)
-            outcome.stderr = stderr.read().decode("utf-8", "replace")[-2000:]
+    def _supervise(self, cli: CliRun, proxy: JournalingProxy) -> LaunchOutput:
+        outcome = LaunchOutput()
+        lines = cli.output()
+        try:
+            while not proxy.fatal_event.is_set():
+                try:
+                    line = lines.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if line is None:
+                    break
+                if isinstance(line, BaseException):
+                    raise line
+                outcome.feed(line, show_progress=self.journal.on_step is not None)
+            if not proxy.fatal_event.is_set():
+                outcome.status = cli.wait()
+        finally:
+            if outcome.status is None and not isinstance(proxy.fatal, LeaseLost):
+                cli.kill()  # a lost lease leaves the CLI to the turn's new owner
+        outcome.stderr = cli.stderr_tail()
         if proxy.fatal is not None:
             raise proxy.fatal
         return outcome
-
-    def _event(self, line: bytes, outcome: _Outcome) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        if event.get("type") == "result":
-            outcome.result = event
-        elif event.get("type") == "assistant" and self.journal.on_step is not None:
-            for block in (event.get("message") or {}).get("content") or []:
-                if block.get("type") == "text" and block.get("text"):
-                    _progress(f"claude: {block['text']}")
-                elif block.get("type") == "tool_use":
-                    _progress(f"claude: {block.get('name')} {json.dumps(block.get('input'))}")
-
-    def _reply(self, outcome: _Outcome, proxy: JournalingProxy) -> str:
-        result = outcome.result
-        # The distinct model errors of this launch, oldest first (a stream that broke may be
-        # followed by the CLI's non-streaming retry breaking another way).
-        upstream = "; ".join(dict.fromkeys(proxy.upstream_errors[-3:])) or None
-        if result is None:
-            raise DurableHarnessError(
-                f"Claude Code exited with status {outcome.status} without a result"
-                + (f" (last model error: {upstream})" if upstream else "")
-                + f": {outcome.stderr.strip()[-500:] or 'no output'}"
-            )
-        if result.get("is_error") or result.get("subtype") != "success":
-            text = str(result.get("result") or result.get("subtype"))
-            if result.get("terminal_reason") == "api_error" or upstream:
-                raise ModelError(
-                    f"the model call failed ({upstream or text}); the turn will be resumed"
-                )
-            raise TurnFailed(f"Claude Code ended the turn with an error: {text}")
-        return str(result.get("result") or "")
-
-
-def _read_lines(stream: IO[bytes]) -> queue.Queue[bytes | None]:
-    lines: queue.Queue[bytes | None] = queue.Queue()
-
-    def pump() -> None:
-        for line in stream:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, name="claude-stdout", daemon=True).start()
-    return lines
-
-
-def _progress(text: str) -> None:
-    text = text.replace("\n", " ")
-    sys.stderr.write(f"  {text[:160]}\n")
-    sys.stderr.flush()

@@ -136,6 +136,9 @@ class ToolHooks:
 
     ``before_intent(transcript_path, tool_use_id)`` runs before a new intent is committed:
     the adapter saves the CLI's transcript there, once it holds the call.
+    ``outcome_meta()`` runs before an outcome is recorded; what it returns joins the
+    outcome's meta (a workspace snapshot's digest). ``adopt``: the CLI started under an
+    earlier worker (re-attached), so a PostToolUse may finish an intent that worker opened.
     """
 
     def __init__(
@@ -146,13 +149,18 @@ class ToolHooks:
         host_tool_prefix: str,
         before_intent: Callable[[str | None, str], None] | None = None,
         waits: WaitGate | None = None,
+        outcome_meta: Callable[[], dict[str, Any]] | None = None,
+        adopt: bool = False,
     ) -> None:
         self.journal = journal
         self.policy = policy
         self.host_tool_prefix = host_tool_prefix
         self.before_intent = before_intent
         self.waits = waits
+        self.outcome_meta = outcome_meta
+        self.adopt = adopt
         self.open: dict[str, OpenStep] = {}
+        self._adopted: set[str] = set()
         self.session_started = threading.Event()
         self._lock = threading.Lock()
 
@@ -202,27 +210,45 @@ class ToolHooks:
 
     def post_tool_use(self, payload: dict[str, Any]) -> None:
         tool_use_id = str(payload.get("tool_use_id") or "")
-        with self._lock:
-            step = self.open.pop(tool_use_id, None)
+        step = self._take(tool_use_id)
         if step is None:
-            return  # a host tool, or a call this launch did not open
+            return  # a host tool, a call this launch did not open, or one already finished
         if payload.get("hook_event_name") == "PostToolUseFailure" or "error" in payload:
             value: dict[str, Any] = {"error": payload.get("error"), "is_error": True}
             if payload.get("is_interrupt"):
                 value["interrupted"] = True
         else:
             value = {"tool_response": payload.get("tool_response")}
-        self.journal.end(step, Outcome(value, {"source": "hook"}))
+        self._end(step, value, "hook")
 
     def close_open(self, tool_use_id: str, value: dict[str, Any], source: str) -> bool:
-        """Record the outcome of a call this launch opened and whose PostToolUse never came
-        (taken from the CLI's next model request); False if no such call is open."""
-        with self._lock:
-            step = self.open.pop(tool_use_id, None)
+        """Record the outcome of a call this launch opened (or, re-attached, adopted) and
+        whose PostToolUse never came (taken from the CLI's next model request); False if
+        no such call is open. (Main's Codex adapter uses it.)"""
+        step = self._take(tool_use_id)
         if step is None:
             return False
-        self.journal.end(step, Outcome(value, {"source": source}))
+        self._end(step, value, source)
         return True
+
+    def _take(self, tool_use_id: str) -> OpenStep | None:
+        """The open step of a call, to finish once: this launch's, or (re-attached) an
+        intent the earlier worker opened and did not finish."""
+        with self._lock:
+            step = self.open.pop(tool_use_id, None)
+            if step is not None or not self.adopt or tool_use_id in self._adopted:
+                return step
+            recorded = self.journal.lookup(f"tool:{tool_use_id}")
+            if recorded is None or recorded.status is not StepStatus.INTENT:
+                return None
+            self._adopted.add(tool_use_id)
+            return OpenStep(recorded, time.monotonic())
+
+    def _end(self, step: OpenStep, value: dict[str, Any], source: str) -> None:
+        meta: dict[str, Any] = {"source": source}
+        if self.outcome_meta is not None:
+            meta.update(self.outcome_meta())
+        self.journal.end(step, Outcome(value, meta))
 
     def close_from_request(self, body: dict[str, Any]) -> None:
         """Record, from a model request, the result of a call whose PostToolUse never came.
@@ -233,14 +259,13 @@ class ToolHooks:
         for block in _last_user_blocks(body):
             if block.get("type") != "tool_result":
                 continue
-            with self._lock:
-                step = self.open.pop(str(block.get("tool_use_id")), None)
+            step = self._take(str(block.get("tool_use_id")))
             if step is not None:
                 value = {
                     "tool_result": block.get("content"),
                     "is_error": bool(block.get("is_error")),
                 }
-                self.journal.end(step, Outcome(value, {"source": "proxy"}))
+                self._end(step, value, "proxy")
 
     def wait_started(self, seconds: float) -> bool:
         """Whether the CLI ran its SessionStart hook (proof the hooks are live)."""

@@ -61,7 +61,7 @@ from durable_harness.sandbox.base import Sandbox, SandboxState, ShellResult
 from durable_harness.sandbox.docker_image import default_image
 from durable_harness.sandbox.docker_jobs import DetachedJobs
 
-__all__ = ["LABEL_MANAGED", "LABEL_SESSION", "DockerSandbox"]
+__all__ = ["LABEL_MANAGED", "LABEL_SESSION", "RUN_DIR", "DockerSandbox", "host_run_dir"]
 
 LABEL_SESSION = "durable-harness.session"
 LABEL_MANAGED = "durable-harness.managed"
@@ -71,6 +71,9 @@ _SIGKILL_EXIT_CODE = 137
 _OUTPUT_IN_ERROR = 4000
 _BACKEND_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
 _ENV = "DURABLE_HARNESS_DOCKER_"
+#: Where the session's host run folder is mounted (read-only) in the container: the CLI
+#: adapters put the unix socket of their model proxy there (adapters/cli_docker.py).
+RUN_DIR = "/run/durable-harness"
 
 
 def _env(name: str, default: str) -> str:
@@ -82,6 +85,29 @@ def _name_part(session_id: str) -> str:
     if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,80}", session_id):
         return session_id
     return "h" + hashlib.sha256(session_id.encode()).hexdigest()[:24]
+
+
+def host_run_dir(session_id: str) -> str:
+    """The session's run folder on the Docker host (bind-mounted at :data:`RUN_DIR`):
+    ``$DURABLE_HARNESS_DOCKER_RUN_DIR`` (default ``/tmp/durable-harness-<uid>``) plus a
+    digest of the session id. Short, because a unix socket path holds at most 107 bytes."""
+    root = _env("RUN_DIR", f"/tmp/durable-harness-{os.getuid()}")
+    return os.path.join(root, hashlib.sha256(session_id.encode()).hexdigest()[:16])
+
+
+def _make_run_dir(path: str) -> None:
+    """Create the run folder, owned by us and not writable by others: whoever can write
+    there could stand in for the model proxy."""
+    for folder in (os.path.dirname(path), path):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o755)
+        info = os.lstat(folder)
+        if info.st_uid != os.getuid() or info.st_mode & 0o022 or not os.path.isdir(folder):
+            raise SandboxError(
+                f"{folder} must be a folder owned by uid {os.getuid()} and writable only by "
+                "it (it holds the model proxy's socket); remove it or set "
+                f"{_ENV}RUN_DIR elsewhere"
+            )
 
 
 def _reason(exc: BaseException) -> str:
@@ -141,6 +167,7 @@ class DockerSandbox(Sandbox):
         self.container_name = f"durable-harness-{part}"
         self.volume_names = {"workspace": f"{self.container_name}-workspace"}
         self.volume_names["home"] = f"{self.container_name}-home"
+        self.run_dir = host_run_dir(self.session_id)
         self._container_id: str | None = None
         self._mark: str | None = None  # the mark as last read or written by this process
         self.jobs = DetachedJobs(self)  # commands that outlive the worker: docker_jobs.py
@@ -193,6 +220,7 @@ class DockerSandbox(Sandbox):
         """The session's running container: found by label, started, or created."""
         if self._container_id is not None:
             return self._container_id
+        _make_run_dir(self.run_dir)  # also before a restart: a reboot may have emptied /tmp
         with self._mapped("finding the session's container"):
             found = self.client.containers.list(
                 all=True, filters={"label": f"{LABEL_SESSION}={self.session_id}"}
@@ -245,6 +273,8 @@ class DockerSandbox(Sandbox):
                 volumes={
                     self.volume_names["workspace"]: {"bind": sh.WORKSPACE, "mode": "rw"},
                     self.volume_names["home"]: {"bind": sh.HOME, "mode": "rw"},
+                    # Read-only: the container may connect to the socket there, not plant one.
+                    self.run_dir: {"bind": RUN_DIR, "mode": "ro"},
                 },
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
@@ -315,6 +345,11 @@ class DockerSandbox(Sandbox):
         self._container_id = None
         self._cache.clear()
         self._mark = None
+        # The run folder holds at most a proxy socket (useless without the container).
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.run_dir):
+                os.unlink(os.path.join(self.run_dir, name))
+            os.rmdir(self.run_dir)
 
     def close(self) -> None:
         """Free the client; the container stays for the session's next turn (a throwaway

@@ -28,6 +28,8 @@ from typing import Any
 
 from support import Harness, make_harness
 
+from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
+
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "fixtures"
 TOOLS = f"{FIXTURES / 'claude_tools.py'}:TOOLS"
@@ -48,6 +50,7 @@ reply.text = "{second_reply}"
 name = "final"
 when.conversation = "NOTIFIED-OK"
 reply.text = "{final}"
+reply.chunk_delay_ms = {final_delay_ms}
 
 [[rule]]
 name = "notify"
@@ -92,7 +95,13 @@ def bash_command(sleep: float) -> str:
 
 
 def write_script(
-    tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+    tmp: Path,
+    ws: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    fault: str | None = None,
+    final_delay_ms: int = 0,
 ) -> Path:
     script = tmp / "script.toml"
     script.write_text(
@@ -103,20 +112,45 @@ def write_script(
             second_prompt=SECOND_PROMPT,
             second_reply=SECOND_REPLY,
             chunk_delay_ms=chunk_delay_ms,
+            final_delay_ms=final_delay_ms,
             fault=f'reply.stream_fault = "{fault}"' if fault else "",
         )
     )
     return script
 
 
+#: Where the CLI runs in a test: ``host`` (the developer-only opt-in, fast) or ``docker``.
+WHERE = ("host", "docker")
+_WORKSPACE = "DH_TEST_WORKSPACE"  # the harness's --workspace (read by these helpers only)
+
+
 def claude_harness(
-    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+    tmp: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    fault: str | None = None,
+    final_delay_ms: int = 0,
+    where: str = "host",
 ) -> Iterator[Harness]:
-    ws = tmp / "ws"
-    ws.mkdir()
-    script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms, fault=fault)
+    if where == "docker":
+        ws = Path("/workspace")
+    else:
+        ws = tmp / "ws"
+        ws.mkdir()
+    script = write_script(
+        tmp,
+        ws,
+        sleep=sleep,
+        chunk_delay_ms=chunk_delay_ms,
+        fault=fault,
+        final_delay_ms=final_delay_ms,
+    )
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
+        h.env[_WORKSPACE] = "docker" if where == "docker" else str(ws)
+        if where == "host":
+            h.env[UNSAFE_HOST_ENV] = "1"
         yield h
 
 
@@ -126,7 +160,7 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
         "--agent",
         "claude-code",
         "--workspace",
-        str(h.tmp / "ws"),
+        h.env.get(_WORKSPACE) or str(h.tmp / "ws"),
         "--tools",
         TOOLS,
         "--agent-config",
@@ -140,8 +174,23 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def bash_runs(h: Harness) -> int:
-    return len(lines(h.tmp / "ws" / "bash_runs.txt"))
+def bash_runs(h: Harness, session: str | None = None) -> int:
+    """Runs of the turn's Bash command: lines of ``bash_runs.txt`` in the workspace (the
+    session's container when ``session`` is given)."""
+    if session is None:
+        return len(lines(h.tmp / "ws" / "bash_runs.txt"))
+    return container_text(session, "/workspace/bash_runs.txt").count("ran")
+
+
+def container_text(session: str, path: str) -> str:
+    from durable_harness.sandbox.docker import DockerSandbox
+
+    box = DockerSandbox(session)
+    try:
+        data = box.read_bytes(path)
+    finally:
+        box.close()
+    return (data or b"").decode()
 
 
 def notify_runs(h: Harness) -> int:

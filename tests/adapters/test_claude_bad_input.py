@@ -51,7 +51,7 @@ def test_wrong_cli_version(h: Harness, tmp_path: Path) -> None:
 
 def test_virtual_workspace_is_refused(h: Harness) -> None:
     out = h.cli("run", "--agent", "claude-code", "--tools", TOOLS, "add a pricing page")
-    one_line_error(out, "--workspace DIR", "claude-code")
+    one_line_error(out, "--workspace docker", "claude-code")
     no_turns(h)
 
 

@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from claude_cases import wait_for
+from claude_cases import container_text, wait_for
 from support import FIXTURES, Harness, ids_of, make_harness
 
+from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
 from durable_harness.worlds import open_world
 from durable_harness.worlds.base import World
 
@@ -64,10 +65,16 @@ reply.tool_use = [{{ name = "mcp__durable-harness__start_ci", input = {{}} }}]
 """
 
 
-@pytest.fixture(params=["local", "postgres"])
+@pytest.fixture(params=["local", "postgres", "docker"])
 def ci(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    """A local World with the CLI on a host folder, a Postgres one, or a local one with the
+    CLI in the session's Docker container."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_host")
+        ws = Path("/workspace")
+    else:
+        ws = tmp_path / "ws"
+        ws.mkdir()
     script = tmp_path / "script.toml"
     script.write_text(_SCRIPT.format(ws=ws, final=FINAL, timed_out=TIMED_OUT))
     with contextlib.ExitStack() as stack:
@@ -75,12 +82,17 @@ def ci(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
         if request.param == "postgres":
             url = stack.enter_context(request.getfixturevalue("postgres").database())
             world_env = {"DURABLE_HARNESS_WORLD": "postgres", "DURABLE_HARNESS_POSTGRES_URL": url}
-        yield from _harness(tmp_path, script, world_env)
+        for h in _harness(tmp_path, script, world_env):
+            if request.param == "docker":
+                h.env["DH_TEST_WORKSPACE"] = "docker"
+                del h.env[UNSAFE_HOST_ENV]
+            yield h
 
 
 def _harness(tmp_path: Path, script: Path, world_env: dict[str, str]) -> Iterator[Harness]:
     for h in make_harness(tmp_path, script, lease="2"):
         h.env.update(world_env)
+        h.env[UNSAFE_HOST_ENV] = "1"  # the CLI on a host folder: fast; Docker is tested apart
         h.env["CI_RUNS"] = str(tmp_path / "ci-runs.txt")
         h.env["CI_RESULT"] = json.dumps({"status": "failed", "failing": "test_price"})
         server = h.popen("signal-server", "--port", "0")
@@ -101,7 +113,7 @@ def _harness(tmp_path: Path, script: Path, world_env: dict[str, str]) -> Iterato
 
 def _run_args(h: Harness, prompt: str) -> list[str]:
     return [
-        "run", "--agent", "claude-code", "--workspace", str(h.tmp / "ws"),
+        "run", "--agent", "claude-code", "--workspace", h.env.get("DH_TEST_WORKSPACE") or str(h.tmp / "ws"),
         "--tools", CI_TOOLS, "--detach", prompt,
     ]  # fmt: skip
 
@@ -136,7 +148,11 @@ def test_claude_code_waits_for_ci_without_a_worker(ci: Harness) -> None:
     data = ci.show(turn_id)
     assert data["turn"]["status"] == "done", json.dumps(data, indent=1)
     assert data["turn"]["result"] == FINAL
-    assert (ci.tmp / "ws" / "price.py").read_text() == "PRICE = 42\n"
+    if ci.env.get("DH_TEST_WORKSPACE") == "docker":
+        price = container_text(ids_of(out)["session"], "/workspace/price.py")
+    else:
+        price = (ci.tmp / "ws" / "price.py").read_text()
+    assert price == "PRICE = 42\n"
     tools = [(s["name"], s["status"]) for s in data["steps"] if s["kind"] == "tool"]
     assert tools == [("start_ci", "done"), ("wait_for_signal", "done"), ("Write", "done")]
     # CI started once; no model call was made twice.

@@ -132,3 +132,14 @@ def test_the_docker_socket_is_not_reachable(box: DockerSandbox, docker_host: str
         timeout=60,
     )
     assert result.stdout == "checked\n"
+
+
+def test_the_proxy_run_folder_is_read_only(box: DockerSandbox) -> None:
+    """The one host folder in the container (where a CLI adapter serves its model proxy's
+    socket) is mounted read-only: the agent can connect to a socket there, not plant one."""
+    result = box.bash(
+        "grep ' /run/durable-harness ' /proc/mounts | cut -d' ' -f4 | cut -d, -f1; "
+        "touch /run/durable-harness/probe 2>/dev/null && echo WROTE; "
+        "echo checked"
+    )
+    assert result.stdout == "ro\nchecked\n", result

@@ -256,3 +256,20 @@ def test_restore_only_when_the_workspace_lacks_the_snapshot(session: str, tmp_pa
             fresh.write("keep.txt", "stale\n")
             assert restore_workspace(fresh, store, digest) is True
             assert fresh.read("keep.txt") == "v1\n"
+
+
+def test_the_image_has_every_pinned_cli(box: DockerSandbox) -> None:
+    """The agent image holds the four CLIs at the versions tools/npm/package.json pins."""
+    import json
+
+    pins = json.loads((Path(__file__).parents[2] / "tools/npm/package.json").read_text())
+    binaries = {
+        "@anthropic-ai/claude-code": "claude",
+        "@openai/codex": "codex",
+        "opencode-ai": "opencode",
+        "@mariozechner/pi-coding-agent": "pi",
+    }
+    assert set(pins["dependencies"]) == set(binaries)
+    for package, version in pins["dependencies"].items():
+        out = box.bash(f"PI_OFFLINE=1 {binaries[package]} --version </dev/null 2>&1", timeout=120)
+        assert out.exit_code == 0 and version in out.stdout, (package, out)

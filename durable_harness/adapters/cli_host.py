@@ -1,0 +1,266 @@
+"""Where a CLI agent runs: the seam between a CLI adapter and its sandbox.
+
+A CLI adapter (Claude Code today; Codex, OpenCode and Pi next) says *what* to run, a
+:class:`CliLaunch`: the command, its environment, the files of its private HOME and the
+message on its stdin, under a job id derived from the journal (the same on every
+worker). A :class:`CliHost` says *where*, and gives back a :class:`CliRun` whose stdout
+lines the adapter reads:
+
+* :class:`HostCliHost` — a host folder (a developer-only opt-in, see
+  :func:`require_unsafe_host`): the CLI is a child of the worker under :mod:`.reaper`,
+  so it dies with the worker; a new worker starts a new launch.
+* :class:`~.cli_docker.DockerCliHost` — the session's container: the CLI is a detached
+  job that outlives the worker; a new worker finds it by its id (:meth:`CliHost.attach`),
+  serves the model proxy again on the same socket, reads its output from the start and
+  finishes the launch.
+
+The model proxy listens on the worker's loopback; :meth:`CliHost.endpoint` makes it
+reachable from where the CLI runs and returns the URL the CLI is given.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from durable_harness.adapters import hook_client, reaper
+from durable_harness.harness.errors import ConfigError
+
+__all__ = [
+    "UNSAFE_HOST_ENV",
+    "CliHost",
+    "CliLaunch",
+    "CliRun",
+    "HostCliHost",
+    "Line",
+    "require_unsafe_host",
+]
+
+#: Set to 1 to let Claude Code or Codex act on a host folder with your user's rights:
+#: for developing adapters only (the tests of tests/adapters set it).
+UNSAFE_HOST_ENV = "DURABLE_HARNESS_UNSAFE_HOST_AGENT"
+_PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+
+#: An item of :meth:`CliRun.output`: a stdout line, None at the end, or the error that
+#: stopped the reading (the container vanished).
+Line = bytes | BaseException | None
+
+
+def require_unsafe_host(agent: str, workspace: str) -> None:
+    """ConfigError unless the developer opted in to running ``agent`` on a host folder."""
+    if os.environ.get(UNSAFE_HOST_ENV) != "1":
+        raise ConfigError(
+            f"the {agent} agent runs only in the Docker sandbox: give --workspace docker "
+            f"(not {workspace!r}; see docs/docker.md). Running it on a host folder is for "
+            f"developing adapters only: set {UNSAFE_HOST_ENV}=1 to accept that the CLI acts "
+            "there with your user's rights"
+        )
+
+
+@dataclass
+class CliLaunch:
+    """One run of a CLI. ``files`` (HOME-relative paths) are written, private, before it
+    starts; ``stdin`` is its input; ``env`` its whole environment besides what the host adds
+    (never a provider key: the proxy's token)."""
+
+    job_id: str
+    argv: list[str]
+    env: dict[str, str]
+    stdin: bytes
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+class CliRun(abc.ABC):
+    """A started (or re-attached) CLI."""
+
+    @abc.abstractmethod
+    def output(self) -> queue.Queue[Line]:
+        """Its stdout lines from the first one (a re-attached run reads them again)."""
+
+    @abc.abstractmethod
+    def wait(self) -> int:
+        """Its exit status, once its output ended."""
+
+    @abc.abstractmethod
+    def stderr_tail(self) -> str:
+        """The last 2,000 characters it wrote to stderr."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Stop it and everything it started."""
+
+
+class CliHost(abc.ABC):
+    """Where one turn's CLI runs (see the module docstring). Use as a context manager."""
+
+    #: The CLI's working directory, as the CLI sees it.
+    workspace: str
+    #: Whether a launch outlives the worker (then :meth:`attach` may find it).
+    durable: bool = False
+
+    @abc.abstractmethod
+    def home(self, job_id: str) -> str:
+        """The launch's private HOME, as the CLI sees it."""
+
+    @abc.abstractmethod
+    def binary(self, name: str) -> str:
+        """How to invoke the CLI ``name`` here (a path or a name on PATH)."""
+
+    @abc.abstractmethod
+    def version(self, binary: str) -> str:
+        """The first word ``binary --version`` prints here."""
+
+    @abc.abstractmethod
+    def endpoint(self, proxy_url: str, job_id: str) -> str:
+        """Make the proxy at ``proxy_url`` reachable from the CLI; the URL the CLI uses."""
+
+    @abc.abstractmethod
+    def hook_command(self, endpoint_file: str, event: str) -> list[str]:
+        """The command a CLI hook runs to post ``event`` to the proxy."""
+
+    @abc.abstractmethod
+    def read_file(self, path: str) -> bytes | None:
+        """A file as the CLI sees it (absolute path), or None."""
+
+    @abc.abstractmethod
+    def start(self, launch: CliLaunch) -> CliRun:
+        """Start the launch (a durable host starts each job id at most once)."""
+
+    def attach(self, job_id: str) -> CliRun | None:
+        """The launch ``job_id`` of an earlier worker, if it still runs or ended well."""
+        return None
+
+    def finish(self, job_id: str) -> None:  # noqa: B027  (optional: nothing to do by default)
+        """The launch is journaled: its HOME may go."""
+
+    def close(self) -> None:  # noqa: B027
+        """Stop serving the proxy; a durable launch goes on without the worker."""
+
+    def __enter__(self) -> CliHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class HostCliHost(CliHost):
+    """A host folder: the CLI as a child of the worker, under :mod:`.reaper`."""
+
+    def __init__(self, workspace: Path, binaries: dict[str, str]) -> None:
+        self.workspace = str(workspace)
+        self.binaries = binaries  # name -> the host binary (found by the adapter)
+        self._homes: dict[str, str] = {}
+
+    def home(self, job_id: str) -> str:
+        if job_id not in self._homes:
+            self._homes[job_id] = tempfile.mkdtemp(prefix="durable-harness-claude-")
+        return self._homes[job_id]
+
+    def binary(self, name: str) -> str:
+        return self.binaries[name]
+
+    def version(self, binary: str) -> str:
+        out = subprocess.run(
+            [binary, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
+            check=False,
+        )
+        return (out.stdout.split() or ["(nothing)"])[0]
+
+    def endpoint(self, proxy_url: str, job_id: str) -> str:
+        return proxy_url
+
+    def hook_command(self, endpoint_file: str, event: str) -> list[str]:
+        return [sys.executable, "-I", "-S", hook_client.__file__, endpoint_file, event]
+
+    def read_file(self, path: str) -> bytes | None:
+        try:
+            return Path(path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def start(self, launch: CliLaunch) -> CliRun:
+        home = Path(self.home(launch.job_id))
+        for rel, data in launch.files.items():
+            target = home / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(0o600)
+        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.update({"SHELL": shutil.which("bash") or "/bin/sh", **launch.env})
+        return _HostRun(launch, self.workspace, env)
+
+    def finish(self, job_id: str) -> None:
+        home = self._homes.pop(job_id, None)
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
+
+    def close(self) -> None:
+        for job_id in list(self._homes):
+            self.finish(job_id)
+
+
+class _HostRun(CliRun):
+    def __init__(self, launch: CliLaunch, cwd: str, env: dict[str, str]) -> None:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed in stderr_tail)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", reaper.__file__, str(os.getpid()), "--", *launch.argv],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            start_new_session=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.write(launch.stdin)
+            self.proc.stdin.close()
+        self._lines = _pump(self.proc.stdout)
+
+    def output(self) -> queue.Queue[Line]:
+        return self._lines
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+    def stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        text = self._stderr.read().decode("utf-8", "replace")[-2000:]
+        self._stderr.close()
+        return text
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # the reaper kills the CLI and everything it started
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _pump(stream: IO[bytes]) -> queue.Queue[Line]:
+    lines: queue.Queue[Line] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, name="cli-stdout", daemon=True).start()
+    return lines
