@@ -84,7 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--base-url", help="model endpoint (default: env ANTHROPIC_BASE_URL)")
     run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
     run.add_argument("--max-bytes", type=int, help="virtual workspace byte cap (default 10 MiB)")
-    run.add_argument("--max-model-calls", type=int, help="model calls per turn (default 50)")
+    run.add_argument(
+        "--max-model-calls",
+        type=int,
+        help="model calls per turn, any agent (default 50): past it the turn fails",
+    )
     run.add_argument("--detach", action="store_true", help="only enqueue; a worker runs it")
     run.add_argument("--quiet", "-q", action="store_true", help="no step progress on stderr")
     _world_flags(run)

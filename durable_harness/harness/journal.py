@@ -30,7 +30,7 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from durable_harness.harness.crash import CrashPlan
-from durable_harness.harness.errors import CorruptJournal, ReplayDivergence
+from durable_harness.harness.errors import CorruptJournal, ReplayDivergence, TurnFailed
 from durable_harness.harness.tools import Replay, canonical_json
 from durable_harness.worlds.base import Lease, Step, StepStatus, World
 
@@ -103,8 +103,12 @@ class Journal:
         on_step: Callable[[StepEvent], None] | None = None,
         blob_threshold: int = BLOB_THRESHOLD,
         replay_only: bool = False,
+        max_model_calls: int | None = None,
     ) -> None:
         self.world = world
+        #: The turn's budget of model steps for keyed calls (CLI agents, whose loop is not
+        #: ours to bound): a new model call past it ends the turn (TurnFailed).
+        self.max_model_calls = max_model_calls
         self.replay_only = replay_only
         self.lease = lease
         self.crash = crash
@@ -182,8 +186,21 @@ class Journal:
         """
         with self._lock:
             recorded = self._by_key.get(key)
+            if recorded is None and kind == "model":
+                self._check_budget()
             seq = recorded.seq if recorded is not None else max(self.recorded, default=-1) + 1
             return self._begin(seq, kind, name, key, input, replay, store_input)
+
+    def _check_budget(self) -> None:
+        limit = self.max_model_calls
+        if limit is None or self.replay_only:
+            return
+        made = sum(1 for s in self.recorded.values() if s.kind == "model")
+        if made >= limit:
+            raise TurnFailed(
+                f"the agent made {made} model calls in this turn without finishing; the "
+                f"turn's limit is {limit} (raise it with --max-model-calls)"
+            )
 
     def end(self, open_step: OpenStep, outcome: Outcome) -> StepResult:
         """Phase two: record the outcome of an open step (fenced)."""

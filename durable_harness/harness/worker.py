@@ -92,8 +92,13 @@ class Worker:
         with LeaseKeeper(self.world, lease, self.settings.lease_seconds) as keeper:
             try:
                 adapter = get_adapter(str(turn.config.get("agent", "builtin")))
+                budget = turn.config.get("max_model_calls", self.settings.max_model_calls)
                 journal = Journal(
-                    self.world, lease, crash=self.crash, on_step=self._on_step(keeper)
+                    self.world,
+                    lease,
+                    crash=self.crash,
+                    on_step=self._on_step(keeper),
+                    max_model_calls=int(budget),
                 )
                 reply = adapter.run_turn(TurnRun(self.world, turn, journal, self.settings))
                 keeper.check()

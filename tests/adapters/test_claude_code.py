@@ -90,3 +90,13 @@ def test_prompt_text_is_journal_input_not_a_flag(h: Harness) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == FINAL
     assert h.requests()[0]["rule"] == "bash"
+
+
+def test_model_call_budget_ends_a_looping_turn(h: Harness) -> None:
+    out = h.cli(*run_args(h, "--max-model-calls", "2"))
+    assert out.returncode != 0
+    assert "made 2 model calls in this turn without finishing" in out.stderr, out.stderr
+    show = h.show(ids_of(out)["turn"])
+    assert show["turn"]["status"] == "failed", dump(show)
+    assert len(model_keys(show)) == 2 and len(h.requests()) == 2  # no third call upstream
+    assert bash_runs(h) == 1

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from durable_harness.harness.errors import LeaseLost, ReplayDivergence
+from durable_harness.harness.errors import LeaseLost, ReplayDivergence, TurnFailed
 from durable_harness.harness.journal import (
     BLOB_THRESHOLD,
     Journal,
@@ -188,3 +188,19 @@ def test_keyed_steps_from_many_threads_get_distinct_seqs(world: LocalWorld) -> N
         seqs = list(pool.map(one, range(16)))
     assert sorted(seqs) == list(range(16))
     assert [s.seq for s in world.load_steps("t")] == list(range(16))
+
+
+def test_keyed_model_calls_past_the_budget_end_the_turn(world: LocalWorld) -> None:
+    journal = Journal(world, claim(world), max_model_calls=2)
+    for key in ("model:a", "model:b"):
+        opened = journal.begin_keyed(kind="model", name="m", key=key, input={}, replay="safe")
+        assert isinstance(opened, OpenStep)
+        journal.end(opened, Outcome("reply", {}))
+    # Tool calls are not counted; recorded model calls are read back past the budget.
+    tool = journal.begin_keyed(kind="tool", name="t", key="tool:1", input={}, replay="safe")
+    assert isinstance(tool, OpenStep)
+    again = journal.begin_keyed(kind="model", name="m", key="model:a", input={}, replay="safe")
+    assert isinstance(again, StepResult) and again.value == "reply"
+    with pytest.raises(TurnFailed, match=r"made 2 model calls .* limit is 2"):
+        journal.begin_keyed(kind="model", name="m", key="model:c", input={}, replay="safe")
+    assert [s.key for s in world.load_steps(journal.turn_id)] == ["model:a", "model:b", "tool:1"]
