@@ -4,7 +4,7 @@ A CLI adapter starts one :class:`JournalingProxy` per launch of its CLI and sets
 ``ANTHROPIC_BASE_URL`` to :attr:`JournalingProxy.url` and its API key to a per-turn token
 that only this proxy accepts. The provider key stays in the harness (:class:`Upstream`).
 
-For each model call (``POST /v1/messages``, ``POST /v1/responses``: one
+For each model call (``POST /v1/messages``, ``/v1/responses``, ``/v1/chat/completions``: one
 :class:`~.wire.WireFormat` per API says what differs; streaming SSE or JSON):
 
 1. the request is canonicalized (a per-CLI :class:`~.canonical.Canonicalizer`) and its
@@ -13,9 +13,10 @@ For each model call (``POST /v1/messages``, ``POST /v1/responses``: one
    events, byte for byte) and upstream is not called;
 3. **unseen or interrupted**: the intent is committed, the request forwarded upstream,
    and each event streamed to the CLI as it arrives while it is teed into memory; when
-   the stream ends well the outcome is recorded, *then* the final event (``message_stop``,
-   ``response.completed``) is sent, so the CLI never holds a finished answer the journal
-   does not;
+   the stream ends well the outcome is recorded, *then* the held-back end of the stream
+   (``message_stop``, ``response.completed``, or from the Chat Completions chunk with a
+   ``finish_reason`` to ``[DONE]``) is sent, so the CLI never holds a finished answer the
+   journal does not;
 4. **upstream errors** (an HTTP error status, an unreachable endpoint, a stream cut off or
    malformed) reach the CLI as a provider would send them (the status and body, a
    dropped connection, an in-stream error event) and leave the step an intent: a
@@ -48,8 +49,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from durable_harness.adapters.canonical import Canonicalizer
-from durable_harness.adapters.sse import EventSplitter, MalformedStream, parse_event
+from durable_harness.adapters.sse import EventSplitter, MalformedStream
 from durable_harness.adapters.wire import ANTHROPIC, WireFormat, error_text
+from durable_harness.adapters.wire_chat import CHAT
 from durable_harness.adapters.wire_responses import RESPONSES
 from durable_harness.harness.errors import DurableHarnessError, ModelError, ReplayDivergence
 from durable_harness.harness.httpio import read_body
@@ -68,7 +70,7 @@ _DROPPED_REQUEST_HEADERS = frozenset(
 )  # fmt: skip
 KEY_HEADER = "X-Durable-Harness-Key"
 #: The model APIs the proxy speaks, by the path of their journaled call.
-WIRES: dict[str, WireFormat] = {wire.path: wire for wire in (ANTHROPIC, RESPONSES)}
+WIRES: dict[str, WireFormat] = {wire.path: wire for wire in (ANTHROPIC, RESPONSES, CHAT)}
 _PLAIN_PATHS = {path: wire for wire in WIRES.values() for path in wire.plain_paths}
 
 
@@ -444,6 +446,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._start_chunked(200, headers)
         problem: str | None = None
         stopped = False
+        held: int | None = None  # kept[held:] wait until the outcome is recorded
         try:
             while not stopped and problem is None and not proxy._closing.is_set():
                 chunk = response.read1(65536)
@@ -451,16 +454,19 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 first_byte = first_byte or time.monotonic()
                 for text in splitter.feed(chunk):
-                    event = parse_event(text)
+                    event = wire.parse_event(text)
                     if event is None:  # a keep-alive comment
                         self._write_chunk(text.encode())
                         continue
                     kept.append(text)
                     parsed.append(event.data)
+                    if held is None and wire.holds_back(event):
+                        held = len(kept) - 1
                     if event.type == wire.final_event:
-                        stopped = True  # held back until the outcome is recorded
+                        stopped = True
                         break
-                    self._write_chunk(text.encode())
+                    if held is None or event.type in wire.error_events:
+                        self._write_chunk(text.encode())
                     if event.type in wire.error_events:
                         problem = f"the model endpoint failed mid-stream: {error_text(text)}"
                         self._end_chunked()
@@ -484,7 +490,8 @@ class _Handler(BaseHTTPRequestHandler):
         value = {"status": 200, "headers": headers, "stream": True, "events": kept}
         message = wire.assemble(parsed)
         self._record(step, value, message, started, first_byte)
-        self._write_chunk(kept[-1].encode())
+        for text in kept[held if held is not None else -1 :]:
+            self._write_chunk(text.encode())
         self._end_chunked()
         if proxy.callbacks.on_message is not None:
             proxy.callbacks.on_message(message, False)
@@ -660,5 +667,6 @@ def message_of(recorded: dict[str, Any], wire: WireFormat = ANTHROPIC) -> dict[s
     if not recorded.get("stream"):
         body: dict[str, Any] = recorded["body"]
         return body
-    parsed = [e.data for e in (parse_event(text) for text in recorded["events"]) if e is not None]
+    events = (wire.parse_event(text) for text in recorded["events"])
+    parsed = [e.data for e in events if e is not None]
     return wire.assemble(parsed)

@@ -10,8 +10,11 @@ described by one :class:`WireFormat` per API, one module each:
 * :class:`~.wire_responses.OpenAIResponses`: ``POST /v1/responses``, ``Authorization:
   Bearer``, events ending in ``response.completed``.
 
-A Chat Completions format is one more subclass with its path. Every format uses SSE framing
-(``event:``/``data:`` blocks split by :mod:`.sse`); what an event means is the format's.
+* :class:`~.wire_chat.OpenAIChatCompletions`: ``POST /v1/chat/completions``,
+  ``Authorization: Bearer``, ``data:`` chunks ending in ``data: [DONE]``.
+
+Every format uses SSE framing (blocks split by :mod:`.sse`); how a block is read
+(:meth:`WireFormat.parse_event`) and what an event means is the format's.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ import abc
 import json
 from typing import Any
 
-from durable_harness.adapters.sse import assemble_message, error_event, events_for_message
+from durable_harness.adapters.sse import (
+    SseEvent,
+    assemble_message,
+    error_event,
+    events_for_message,
+    parse_event,
+)
 
 __all__ = ["ANTHROPIC", "AnthropicMessages", "WireFormat"]
 
@@ -37,6 +46,15 @@ class WireFormat(abc.ABC):
     final_event: str
     #: Events that end a stream as a failure: passed on, never recorded.
     error_events: frozenset[str] = frozenset({"error"})
+
+    def parse_event(self, raw: str) -> SseEvent | None:
+        """The event in ``raw`` (None for a keep-alive); MalformedStream if it is none."""
+        return parse_event(raw)
+
+    def holds_back(self, event: SseEvent) -> bool:
+        """Whether ``event`` is the first one the CLI may not see before the outcome is
+        recorded: it and every later event are held back until then."""
+        return event.type == self.final_event
 
     @abc.abstractmethod
     def auth_headers(self, api_key: str) -> dict[str, str]:

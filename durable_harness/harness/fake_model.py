@@ -11,6 +11,9 @@ journaling proxy, so it answers the way Anthropic does, streaming included:
 * ``POST /v1/responses``: the OpenAI Responses API from the same script (JSON, or
   streamed ``response.*`` events ending in ``response.completed``; errors OpenAI-shaped),
   see :mod:`~durable_harness.harness.fake_model_responses`.
+* ``POST /v1/chat/completions``: the OpenAI Chat Completions API from the same script
+  (JSON, or streamed ``data:`` chunks ending in ``data: [DONE]``; errors OpenAI-shaped),
+  see :mod:`~durable_harness.harness.fake_model_chat`.
 * ``GET /_fake/stats``: ``{"requests", "by_rule", "unmatched", "count_tokens"}``.
 * Anything else: 404 ``not_found_error``. Errors are Anthropic-shaped:
   ``{"type": "error", "error": {"type": ..., "message": ...}}`` with the status code.
@@ -18,7 +21,8 @@ journaling proxy, so it answers the way Anthropic does, streaming included:
 Contracts: the reply is a pure function of the request (rules in
 :mod:`~durable_harness.harness.fake_model_script`), ids included: the message id is
 ``msg_`` + sha256(canonical request)[:24], so the same request gets byte-identical bytes.
-``requests`` counts ``POST /v1/messages`` and ``/v1/responses`` calls (the calls a provider
+``requests`` counts ``POST /v1/messages``, ``/v1/responses`` and ``/v1/chat/completions``
+calls (the calls a provider
 would bill). Every
 answered request except ``/_fake/stats`` is logged, and the log line is written and flushed
 before the first byte of the response, so a client killed mid-stream is still counted.
@@ -43,6 +47,15 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from durable_harness.harness.errors import ConfigError
+from durable_harness.harness.fake_model_chat import (
+    CHAT_PATH,
+    DONE_FRAME,
+    build_completion,
+    chat_frame,
+    chat_request_hash,
+    chat_view,
+    completion_chunks,
+)
 from durable_harness.harness.fake_model_responses import (
     RESPONSES_PATH,
     build_response,
@@ -80,7 +93,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _LOGGED_TEXT = 500  # the log keeps the start of the last user text, enough to recognise it
-_BILLED_PATHS = ("/v1/messages", RESPONSES_PATH)
+_BILLED_PATHS = ("/v1/messages", RESPONSES_PATH, CHAT_PATH)
 
 
 @dataclass
@@ -307,6 +320,53 @@ class FakeModelServer:
         answer.fault_after = rule.reply.fault_after
         return answer
 
+    def answer_chat(self, body: bytes) -> _Answer:
+        """Answer a ``POST /v1/chat/completions`` body from the same rules (a pure function)."""
+        request = _parse_request(body)
+        if isinstance(request, _Answer):
+            request.path = CHAT_PATH
+            request.body = response_error_body("invalid_request_error", _error_message(request))
+            return request
+        stream = request.get("stream") is True
+        view = chat_view(request)
+        digest = chat_request_hash(request)
+        answer = _Answer(
+            status=200,
+            path=CHAT_PATH,
+            stream=stream,
+            request_hash=digest,
+            last_user_text=view.last_user_text,
+            headers={"x-request-id": "req_" + digest[:24]},
+        )
+        index = self.script.match(view)
+        if index is None:
+            shown = view.last_user_text[:300]
+            answer.status = 400
+            answer.body = response_error_body(
+                "invalid_request_error",
+                f"fake model: no rule matches the request (last user text: {shown!r})",
+            )
+            return answer
+        rule = self.script.rules[index]
+        answer.rule = self.script.label(index)
+        answer.delay_s = rule.reply.delay_ms / 1000
+        if rule.reply.error is not None:
+            answer.status = rule.reply.error.http_status
+            answer.body = response_error_body(rule.reply.error.type, rule.reply.error.message)
+            return answer
+        completion = build_completion(request, rule, digest)
+        if stream:
+            options = request.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            chunks = completion_chunks(completion, usage)
+            answer.events = [chat_frame(chunk) for chunk in chunks] + [DONE_FRAME]
+            answer.chunk_delay_s = rule.reply.chunk_delay_ms / 1000
+        else:
+            answer.body = dumps_compact(completion)
+        answer.stream_fault = rule.reply.stream_fault
+        answer.fault_after = rule.reply.fault_after
+        return answer
+
     def answer_count_tokens(self, body: bytes) -> _Answer:
         request = _parse_request(body)
         if isinstance(request, _Answer):
@@ -418,6 +478,8 @@ class _Handler(BaseHTTPRequestHandler):
             answer = self.fake.answer_count_tokens(body)
         elif path == RESPONSES_PATH:
             answer = self.fake.answer_responses(body)
+        elif path == CHAT_PATH:
+            answer = self.fake.answer_chat(body)
         else:
             self._not_found(path)
             return
