@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.adapters.base import Adapter, TurnRun
-from durable_harness.adapters.canonical_pi import PiCanonicalizer
 from durable_harness.adapters.claude_session import (
     LAUNCH_PREFIX,
     TranscriptStore,
@@ -52,9 +51,15 @@ from durable_harness.adapters.cli_process import (
     run_supervised,
     stored_input,
 )
-from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
+from durable_harness.adapters.hooks import ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import HostToolServer
 from durable_harness.adapters.pi_session import pi_session_facts
+from durable_harness.adapters.provider_api import (
+    PiConfig,
+    anthropic_view,
+    pi_canonicalizer,
+    pi_provider,
+)
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.errors import (
     ConfigError,
@@ -171,7 +176,7 @@ class PiAdapter(Adapter):
                     raise ConfigError(
                         f"host tool {tool.name!r} has the name of a Pi built-in tool; rename it"
                     )
-        ClaudeCodeConfig.parse(config.get("agent_config"), "in the turn")
+        PiConfig.parse(config.get("agent_config"), "in the turn")
         resolve_endpoint(config.get("base_url"))
         check_version(find_pi())
 
@@ -225,7 +230,7 @@ class _Launch:
         self.journal = run.journal
         self.turn = run.turn
         self.workspace = host_workspace(run.config, "pi")
-        self.config = ClaudeCodeConfig.parse(run.config.get("agent_config"), "in the turn")
+        self.config = PiConfig.parse(run.config.get("agent_config"), "in the turn")
         specs = run.config.get("tools", [])
         self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
         self.store = TranscriptStore(self.world, record_prefix=RECORD_PREFIX)
@@ -292,7 +297,7 @@ class _Launch:
             )
             proxy = JournalingProxy(
                 self.journal,
-                PiCanonicalizer(package_dir(binary)),
+                pi_canonicalizer(self.config.provider.api, package_dir(binary)),
                 Upstream(url, key, send_key=is_loopback(url)),
                 token,
                 callbacks,
@@ -332,8 +337,7 @@ class _Launch:
     def _configure(self, agent_dir: Path, url: str, token: str, model: str) -> Path:
         """Write Pi's models.json and settings.json, and the extension's endpoint file."""
         provider = {
-            "baseUrl": url,  # the proxy; Pi adds /v1/messages itself
-            "api": "anthropic-messages",
+            **pi_provider(self.config.provider.api, url),  # the proxy, in the chosen API
             "apiKey": token,  # the proxy's per-launch token, never a provider key
             "models": [{"id": model}],
         }
@@ -410,7 +414,7 @@ class _Launch:
                     "arrived), so its tool calls could not be journaled: the turn was "
                     "stopped before any tool ran"
                 )
-            hooks.close_from_request(body)
+            hooks.close_from_request(anthropic_view(body))
 
         return on_request
 

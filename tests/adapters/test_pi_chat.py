@@ -1,0 +1,114 @@
+"""Pi on the OpenAI Chat Completions API (``[provider] api = "openai-completions"``): the
+real Pi CLI (0.73.1) against the fake model's ``/v1/chat/completions`` through the
+journaling proxy, keyed by :class:`~.canonical_chat.ChatCanonicalizer` with Pi's text rules."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from claude_cases import dump, model_keys, upstream_keys
+from pi_cases import FINAL, bash_runs, cli_processes, kill_worker_and_cli, notify_runs, pi_harness
+from support import Harness, ids_of
+from wire_cases import Cli, Point, kill_and_resume, kill_points, wire_run_args
+
+API = "openai-completions"
+MODEL = "claude-sonnet-4-5"
+BASH_SEQ = 2  # the launch is step 0, the first model call step 1
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    yield from pi_harness(tmp_path)
+
+
+def run_args(h: Harness, *extra: str, prompt: str | None = None) -> list[str]:
+    more = {"prompt": prompt} if prompt is not None else {}
+    return wire_run_args(h, "pi", API, *extra, **more)
+
+
+def test_turn_with_two_tools_and_a_host_tool(h: Harness) -> None:
+    out = h.cli(*run_args(h))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == FINAL
+    show = h.show(ids_of(out)["turn"])
+    kinds = [(s["kind"], s["name"]) for s in show["steps"]]
+    assert kinds == [
+        ("agent", "pi"),
+        ("model", MODEL),
+        ("tool", "bash"),
+        ("model", MODEL),
+        ("tool", "write"),
+        ("model", MODEL),
+        ("tool", "notify"),
+        ("model", MODEL),
+    ], dump(show)
+    assert all(s["status"] == "done" and s["how"] == "live" for s in show["steps"])
+    assert bash_runs(h) == 1 and notify_runs(h) == 1
+    requests = h.requests()
+    assert {r["path"] for r in requests} == {"/v1/chat/completions"}
+    assert all(r["stream"] and r["api_key_sent"] for r in requests)
+    assert sorted(upstream_keys(h)) == sorted(model_keys(show))
+
+
+def test_finished_turn_replays_with_zero_upstream_calls(h: Harness) -> None:
+    out = h.cli(*run_args(h))
+    assert out.returncode == 0, out.stderr
+    calls = len(h.requests())
+    replay = h.cli("replay", ids_of(out)["turn"])
+    assert replay.returncode == 0, replay.stderr
+    assert replay.stdout.strip() == FINAL
+    assert len(h.requests()) == calls  # 0 upstream calls
+    assert bash_runs(h) == 1 and notify_runs(h) == 1  # no tool ran again
+
+
+def test_same_prompt_same_keys_another_prompt_not(h: Harness) -> None:
+    """Two turns in two sessions (two private HOMEs, two session files): the same prompt
+    gives the same canonical keys for every model call; another prompt does not."""
+    first = h.cli(*run_args(h))
+    assert first.returncode == 0, first.stderr
+    (h.tmp / "ws" / "site" / "pricing.html").unlink()  # so the second turn writes it anew
+    second = h.cli(*run_args(h))
+    assert second.returncode == 0, second.stderr
+    keys_1 = model_keys(h.show(ids_of(first)["turn"]))
+    keys_2 = model_keys(h.show(ids_of(second)["turn"]))
+    assert ids_of(first)["session"] != ids_of(second)["session"]
+    assert len(keys_1) == 4 and keys_1 == keys_2
+    other = h.cli(*run_args(h, prompt="add a blog page"))
+    assert other.returncode == 0, other.stderr
+    assert model_keys(h.show(ids_of(other)["turn"]))[0] != keys_1[0]
+
+
+PI = Cli(kill=kill_worker_and_cli, launches=cli_processes, final=FINAL)
+
+
+@pytest.mark.parametrize("point", kill_points(BASH_SEQ), ids=lambda p: p.name.replace(" ", "-"))
+def test_kill_matrix(tmp_path: Path, point: Point) -> None:
+    for h in pi_harness(tmp_path, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms):
+        row = kill_and_resume(h, run_args(h), point, PI)
+        print("\nKILL-MATRIX pi/openai-completions " + json.dumps(row))
+
+
+def test_responses_api_turn_and_replay(h: Harness) -> None:
+    """Pi on the OpenAI Responses API: the same turn, then a replay with 0 upstream calls."""
+    out = h.cli(*wire_run_args(h, "pi", "openai-responses"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == FINAL
+    show = h.show(ids_of(out)["turn"])
+    assert [s["name"] for s in show["steps"] if s["kind"] == "tool"] == ["bash", "write", "notify"]
+    assert {r["path"] for r in h.requests()} == {"/v1/responses"}
+    assert sorted(upstream_keys(h)) == sorted(model_keys(show))
+    calls = len(h.requests())
+    replay = h.cli("replay", ids_of(out)["turn"])
+    assert replay.returncode == 0, replay.stderr
+    assert replay.stdout.strip() == FINAL and len(h.requests()) == calls
+    assert bash_runs(h) == 1 and notify_runs(h) == 1
+
+
+def test_an_unknown_api_is_refused(h: Harness) -> None:
+    out = h.cli(*wire_run_args(h, "pi", "openai-chat"))
+    assert out.returncode == 2, out.stderr
+    assert "provider.api" in out.stderr and "openai-completions" in out.stderr
+    assert h.requests() == []
