@@ -19,12 +19,12 @@ whatever the API, and a view of a request as an Anthropic one for the tool hooks
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from durable_harness.adapters.canonical import Canonicalizer
+from durable_harness.adapters.canonical import Canonicalizer, ToolOutcomes
 from durable_harness.adapters.canonical_chat import ChatCanonicalizer
 from durable_harness.adapters.canonical_opencode import OpenCodeCanonicalizer
 from durable_harness.adapters.canonical_pi import PiCanonicalizer
@@ -68,12 +68,24 @@ class PiConfig(ClaudeCodeConfig):
 
     provider: _PiProvider = Field(default_factory=_PiProvider)
 
+    @classmethod
+    def parse(cls, data: Any, source: str) -> PiConfig:
+        config = super().parse(data, source)
+        assert isinstance(config, PiConfig)
+        return config
+
 
 class OpenCodeConfig(ClaudeCodeConfig):
     """The opencode agent's ``--agent-config``: ``[replay]`` as for Claude Code,
     ``[provider]``."""
 
     provider: _OpenCodeProvider = Field(default_factory=_OpenCodeProvider)
+
+    @classmethod
+    def parse(cls, data: Any, source: str) -> OpenCodeConfig:
+        config = super().parse(data, source)
+        assert isinstance(config, OpenCodeConfig)
+        return config
 
 
 def pi_provider(api: str, url: str) -> dict[str, str]:
@@ -118,14 +130,41 @@ def _with_text_rules(
     if api in ("openai-completions", "openai-compatible"):
         return ChatCanonicalizer(f"{cli}/chat-completions", normalize)
     if api == "openai-responses":
-        return _ResponsesWithRules(f"{cli}/openai-responses", normalize)
+        return _PiResponses(f"{cli}/openai-responses", normalize)
     return anthropic
 
 
-class _ResponsesWithRules(ResponsesCanonicalizer):
+class _PiResponses(ResponsesCanonicalizer):
+    """Responses rules with the CLI's text rules, and Pi's tool-call ids: Pi names a call
+    ``<call_id>|<item id>`` (what its hooks report, so what the journal holds) but sends
+    a ``function_call_output`` with the ``call_id`` alone; the item id is found on the
+    ``function_call`` it answers."""
+
     def __init__(self, name: str, normalize: Callable[[str], str]) -> None:
         self.name = name
         self._normalize = normalize
+
+    def canonical(
+        self,
+        path: str,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        tool_outcomes: ToolOutcomes,
+    ) -> dict[str, Any]:
+        items = body.get("input")
+        paired = {
+            item["call_id"]: f"{item['call_id']}|{item['id']}"
+            for item in (items if isinstance(items, list) else [])
+            if isinstance(item, dict)
+            and isinstance(item.get("call_id"), str)
+            and isinstance(item.get("id"), str)
+        }
+
+        def outcomes(call_id: str) -> str | None:
+            found = tool_outcomes(paired[call_id]) if call_id in paired else None
+            return found if found is not None else tool_outcomes(call_id)
+
+        return super().canonical(path, headers, body, outcomes)
 
     def normalize_text(self, text: str) -> str:
         return self._normalize(text)
