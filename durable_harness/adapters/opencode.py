@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.adapters.base import Adapter, TurnRun
-from durable_harness.adapters.canonical_opencode import OpenCodeCanonicalizer
 from durable_harness.adapters.claude_session import (
     LAUNCH_PREFIX,
     previous_turn_transcript,
@@ -59,7 +58,7 @@ from durable_harness.adapters.cli_run import (
     stored_input,
     supervise,
 )
-from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
+from durable_harness.adapters.hooks import ReplayPolicy, ToolHooks
 from durable_harness.adapters.opencode_home import (
     OPENCODE_ENV,
     OPENCODE_VERSION,
@@ -75,6 +74,11 @@ from durable_harness.adapters.opencode_session import (
     tool_call_ids,
 )
 from durable_harness.adapters.opencode_tools import HOST_TOOL_PREFIX, CallIds, OpenCodeHostTools
+from durable_harness.adapters.provider_api import (
+    OpenCodeConfig,
+    anthropic_view,
+    opencode_canonicalizer,
+)
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.errors import (
     ConfigError,
@@ -175,8 +179,8 @@ class OpenCodeReplayPolicy(ReplayPolicy):
         return "safe" if tool_name in SAFE_TOOLS else "never"
 
 
-def _config(run_config: dict[str, Any]) -> ClaudeCodeConfig:
-    return ClaudeCodeConfig.parse(run_config.get("agent_config"), "in the turn")
+def _config(run_config: dict[str, Any]) -> OpenCodeConfig:
+    return OpenCodeConfig.parse(run_config.get("agent_config"), "in the turn")
 
 
 class OpenCodeAdapter(Adapter):
@@ -314,7 +318,7 @@ class _Launch:
             )
             proxy = JournalingProxy(
                 self.journal,
-                OpenCodeCanonicalizer(home=str(home)),
+                opencode_canonicalizer(self.config.provider.api, str(home)),
                 Upstream(url, key, send_key=is_loopback(url)),
                 token,
                 callbacks,
@@ -348,7 +352,13 @@ class _Launch:
     def _prepare(self, home: Path, url: str, token: str) -> dict[str, str]:
         model = str(self.run_.config.get("model") or self.run_.settings.model)
         return prepare_home(
-            home, model_url=url, harness_url=url, token=token, model=model, mcp=bool(self.tools)
+            home,
+            model_url=url,
+            harness_url=url,
+            token=token,
+            model=model,
+            mcp=bool(self.tools),
+            api=self.config.provider.api,
         )
 
     def _saver(self, database: Path) -> Any:
@@ -375,7 +385,7 @@ class _Launch:
                     "arrived), so its tool calls could not be journaled: the turn was "
                     "stopped before any tool ran"
                 )
-            hooks.close_from_request(body)
+            hooks.close_from_request(anthropic_view(body))
 
         return on_request
 

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from durable_harness.adapters.mcp import SERVER_NAME
+from durable_harness.adapters.provider_api import opencode_npm
 
 __all__ = ["OPENCODE_ENV", "OPENCODE_VERSION", "PROVIDER", "base_env", "prepare_home"]
 
@@ -38,19 +39,27 @@ OPENCODE_ENV = {
 
 
 def prepare_home(
-    home: Path, *, model_url: str, harness_url: str, token: str, model: str, mcp: bool = False
+    home: Path,
+    *,
+    model_url: str,
+    harness_url: str,
+    token: str,
+    model: str,
+    mcp: bool = False,
+    api: str = "anthropic",
 ) -> dict[str, str]:
     """Write a launch's private config folder below ``home`` (the provider pointed at
     ``model_url`` with ``token`` as its key, the journaling plugin, the endpoint file
     naming ``harness_url``, and with ``mcp`` the harness's host tools as a remote MCP
-    server) and return OpenCode's environment."""
+    server, ``api`` choosing the provider: :func:`~.provider_api.opencode_npm`) and return
+    OpenCode's environment."""
     config_dir = home / ".config" / "opencode"
     (config_dir / "plugin").mkdir(parents=True)
     config = {
         "$schema": "https://opencode.ai/config.json",
         "provider": {
             PROVIDER: {
-                "npm": "@ai-sdk/anthropic",  # bundled in the binary: nothing is fetched
+                "npm": opencode_npm(api),  # bundled in the binary: nothing is fetched
                 "name": "durable-harness",
                 "options": {"baseURL": f"{model_url}/v1", "apiKey": token},
                 "models": {model: {"name": model}},
