@@ -168,7 +168,7 @@ class FakeModelServer:
 
     @property
     def request_count(self) -> int:
-        """Model calls (``/v1/messages``, ``/v1/responses``) answered so far, matched or not."""
+        """Model calls (messages, responses, chat completions) answered so far, matched or not."""
         with self._lock:
             return self._requests
 
