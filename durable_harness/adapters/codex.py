@@ -34,10 +34,8 @@ import os
 import re
 import secrets
 import shlex
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -50,6 +48,7 @@ from durable_harness.adapters.claude_session import (
 )
 from durable_harness.adapters.claude_setup import job_id, launch_token
 from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, follow
+from durable_harness.adapters.codex_output import CodexOutput
 from durable_harness.adapters.codex_session import (
     Rollout,
     latest_turn_rollout,
@@ -73,9 +72,7 @@ from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
     LeaseLost,
-    ModelError,
     ReplayDivergence,
-    TurnFailed,
 )
 from durable_harness.harness.journal import (
     BLOB_PREFIX,
@@ -184,14 +181,6 @@ def _stored_input(world: World, step: Step) -> str:
     return text
 
 
-@dataclass
-class _Output:
-    thread: str | None = None
-    replies: list[str] = field(default_factory=list)
-    completed: bool = False
-    failure: str | None = None
-
-
 class _Launch:
     """One run of the CLI for a turn."""
 
@@ -271,7 +260,8 @@ class _Launch:
             token,
             callbacks,
         )
-        output = _Output(thread=restored.thread if restored else None)
+        output = CodexOutput(thread=restored.thread if restored else None)
+        progress = self.journal.on_step is not None  # not --quiet
         with proxy:
             endpoint = host.endpoint(proxy.url, job)
             if cli is None:
@@ -279,13 +269,13 @@ class _Launch:
             status = follow(
                 cli,
                 proxy.fatal_event,
-                lambda line: self._event(line, output),
+                lambda line: output.feed(line, show_progress=progress),
                 lambda: isinstance(proxy.fatal, LeaseLost),
             )
             stderr = cli.stderr_tail()
         if proxy.fatal is not None:
             raise proxy.fatal
-        reply = self._reply(output, status, stderr, proxy)
+        reply = output.reply(status, stderr, proxy.upstream_errors)
         final = self._final_rollout(codex_home, output.thread)
         result: dict[str, Any] = {"reply": reply, "thread": output.thread}
         if not self.journal.replay_only and final is not None:
@@ -429,49 +419,6 @@ class _Launch:
             f'env_key = "{TOKEN_ENV}"\n'
             f"request_max_retries = {retries}\n"
             f"stream_max_retries = {retries}\n"
-        )
-
-    def _event(self, line: bytes, output: _Output) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        kind = event.get("type")
-        item: dict[str, Any] = event["item"] if isinstance(event.get("item"), dict) else {}
-        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
-            output.thread = event["thread_id"]
-        elif kind == "turn.completed":
-            output.completed = True
-        elif kind == "turn.failed":
-            error = event.get("error") or {}
-            output.failure = str(error.get("message") if isinstance(error, dict) else error)
-        elif kind == "item.completed" and item.get("type") == "agent_message":
-            output.replies.append(str(item.get("text") or ""))
-            self._progress(f"codex: {item.get('text')}")
-        elif kind == "item.started" and item.get("type") == "command_execution":
-            self._progress(f"codex: $ {item.get('command')}")
-
-    def _progress(self, text: str) -> None:
-        if self.journal.on_step is not None:  # not --quiet
-            text = text.replace("\n", " ")
-            sys.stderr.write(f"  {text[:160]}\n")
-            sys.stderr.flush()
-
-    def _reply(
-        self, output: _Output, status: int | None, stderr: str, proxy: JournalingProxy
-    ) -> str:
-        upstream = "; ".join(dict.fromkeys(proxy.upstream_errors[-3:])) or None
-        if output.completed:
-            return output.replies[-1] if output.replies else ""
-        if output.failure is not None or upstream:
-            if upstream:
-                raise ModelError(f"the model call failed ({upstream}); the turn will be resumed")
-            raise TurnFailed(f"Codex ended the turn with an error: {output.failure}")
-        raise DurableHarnessError(
-            f"Codex exited with status {status} without finishing the turn: "
-            f"{stderr.strip()[-500:] or 'no output'}"
         )
 
     def _final_rollout(self, codex_home: str, thread: str | None) -> tuple[str, bytes] | None:
