@@ -142,6 +142,7 @@ class CodexAdapter(Adapter):
                         OpenStep(last, time.monotonic()),
                         Outcome(result, {"source": "cli", "reattached": True}),
                     )
+                    host.finish(job_id(run.turn.turn_id, number - 1))
                     return str(result["reply"])
             plan = launch.plan(number)
             begun = journal.begin_keyed(
@@ -156,6 +157,7 @@ class CodexAdapter(Adapter):
                 return str(begun.value["reply"])
             result = launch.run(plan, job_id(run.turn.turn_id, number))
             journal.end(begun, Outcome(result, {"source": "cli"}))
+            host.finish(job_id(run.turn.turn_id, number))
             return str(result["reply"])
 
 
@@ -171,7 +173,9 @@ def _replay(run: TurnRun, host: CliHost, launches: list[Step]) -> str:
         raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
     plan = json.loads(_stored_input(run.world, done[-1]))
     job = f"{run.turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
-    return str(_Launch(run, host).run(plan, job)["reply"])
+    reply = str(_Launch(run, host).run(plan, job)["reply"])
+    host.finish(job)
+    return reply
 
 
 def _stored_input(world: World, step: Step) -> str:
@@ -283,7 +287,8 @@ class _Launch:
             saved = self.store.save(data)
             rollout = Rollout(str(output.thread), path, saved.digest)
             result["rollout"] = rollout.as_json()
-        host.finish(job)
+        # The HOME (with the rollout) goes only once the launch is journaled (the caller's
+        # host.finish): a worker that dies before re-attaches and reads the rollout again.
         return result
 
     def _session_workspace(self) -> str | None:
