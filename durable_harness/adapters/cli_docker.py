@@ -97,6 +97,16 @@ class DockerCliHost(CliHost):
             _versions[key] = (result.stdout.decode(errors="replace").split() or ["?"])[0]
         return _versions[key]
 
+    def version_text(self, binary: str) -> str:
+        result = self.sandbox.exec(f"{shlex.quote(binary)} --version", timeout=60)
+        if result.exit_code != 0:
+            raise SandboxError(
+                f"{binary} --version failed in the agent image {self.sandbox.image}: "
+                f"{result.stderr.decode(errors='replace')[-300:]}; rebuild it with "
+                "`durable-harness sandbox build`"
+            )
+        return result.stdout.decode(errors="replace")
+
     def endpoint(self, proxy_url: str, job_id: str) -> str:
         cid = self.sandbox.container_id()  # the run folder exists once the container does
         mounts = self.sandbox.client.api.inspect_container(cid).get("Mounts") or []
@@ -118,6 +128,10 @@ class DockerCliHost(CliHost):
 
     def read_file(self, path: str) -> bytes | None:
         return self.sandbox.read_bytes(path)
+
+    def find_files(self, folder: str, name: str) -> list[str]:
+        found = self.sandbox.exec('find "$1" -type f -name "$2" 2>/dev/null', folder, name)
+        return sorted(found.stdout.decode(errors="replace").splitlines())
 
     def start(self, launch: CliLaunch) -> CliRun:
         home = self.home(launch.job_id)

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -43,6 +44,7 @@ __all__ = [
     "CliRun",
     "HostCliHost",
     "Line",
+    "follow",
     "require_unsafe_host",
 ]
 
@@ -120,6 +122,11 @@ class CliHost(abc.ABC):
     def version(self, binary: str) -> str:
         """The first word ``binary --version`` prints here."""
 
+    def version_text(self, binary: str) -> str:
+        """All ``binary --version`` prints here (for a CLI whose version is not its first
+        word, such as ``codex-cli 0.171.0``)."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def endpoint(self, proxy_url: str, job_id: str) -> str:
         """Make the proxy at ``proxy_url`` reachable from the CLI; the URL the CLI uses."""
@@ -131,6 +138,11 @@ class CliHost(abc.ABC):
     @abc.abstractmethod
     def read_file(self, path: str) -> bytes | None:
         """A file as the CLI sees it (absolute path), or None."""
+
+    def find_files(self, folder: str, name: str) -> list[str]:
+        """The files below ``folder`` (absolute, as the CLI sees it) whose name matches the
+        shell pattern ``name``, sorted (for a CLI that names its session file by time)."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     def start(self, launch: CliLaunch) -> CliRun:
@@ -156,14 +168,20 @@ class CliHost(abc.ABC):
 class HostCliHost(CliHost):
     """A host folder: the CLI as a child of the worker, under :mod:`.reaper`."""
 
-    def __init__(self, workspace: Path, binaries: dict[str, str]) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        binaries: dict[str, str],
+        home_prefix: str = "durable-harness-claude-",
+    ) -> None:
         self.workspace = str(workspace)
         self.binaries = binaries  # name -> the host binary (found by the adapter)
+        self.home_prefix = home_prefix  # tests find a launch's processes by it
         self._homes: dict[str, str] = {}
 
     def home(self, job_id: str) -> str:
         if job_id not in self._homes:
-            self._homes[job_id] = tempfile.mkdtemp(prefix="durable-harness-claude-")
+            self._homes[job_id] = tempfile.mkdtemp(prefix=self.home_prefix)
         return self._homes[job_id]
 
     def binary(self, name: str) -> str:
@@ -180,6 +198,12 @@ class HostCliHost(CliHost):
         )
         return (out.stdout.split() or ["(nothing)"])[0]
 
+    def version_text(self, binary: str) -> str:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+        return out.stdout
+
     def endpoint(self, proxy_url: str, job_id: str) -> str:
         return proxy_url
 
@@ -191,6 +215,9 @@ class HostCliHost(CliHost):
             return Path(path).read_bytes()
         except FileNotFoundError:
             return None
+
+    def find_files(self, folder: str, name: str) -> list[str]:
+        return sorted(str(p) for p in Path(folder).rglob(name) if p.is_file())
 
     def start(self, launch: CliLaunch) -> CliRun:
         home = Path(self.home(launch.job_id))
@@ -252,6 +279,36 @@ class _HostRun(CliRun):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def follow(
+    cli: CliRun,
+    stop: threading.Event,
+    on_line: Callable[[bytes], None],
+    leave_running: Callable[[], bool],
+) -> int | None:
+    """Feed ``cli``'s stdout lines to ``on_line`` until they end (its exit status) or
+    ``stop`` is set (None). A CLI stopped early is killed unless ``leave_running()`` (a
+    lost lease leaves a durable CLI to the turn's new owner)."""
+    lines = cli.output()
+    status: int | None = None
+    try:
+        while not stop.is_set():
+            try:
+                line = lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if isinstance(line, BaseException):
+                raise line
+            on_line(line)
+        if not stop.is_set():
+            status = cli.wait()
+    finally:
+        if status is None and not leave_running():
+            cli.kill()
+    return status
 
 
 def _pump(stream: IO[bytes]) -> queue.Queue[Line]:

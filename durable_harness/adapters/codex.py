@@ -11,13 +11,20 @@ Built like the claude-code agent (:mod:`.claude_code`); what is Codex's own:
   the tool), so :class:`~.hooks.ToolHooks` journals them; the shell tool (``exec_command``)
   is reported as ``Bash`` with ``{"command": …}`` and labelled like Claude Code's Bash
   (``never`` unless a ``safe_bash`` pattern marks the command safe);
-* the session record is the thread's rollout file (:mod:`.codex_session`), saved before
-  every tool intent and restored into a fresh ``CODEX_HOME`` for ``codex exec resume``;
+* the session record is the thread's rollout file (:mod:`.codex_session`), read where the
+  CLI runs and saved before every tool intent, restored into a fresh ``CODEX_HOME`` for
+  ``codex exec resume``;
 * a resumed launch gets the same journal-written message as Claude Code
-  (:func:`~.claude_session.compose_resume_message`).
+  (:func:`~.claude_session.compose_resume_message`), on stdin (``-``: Codex appends piped
+  stdin to a prompt given as an argument, measured).
 
-Codex is meant to run only inside Docker; until that launcher exists it runs on a host
-folder under :mod:`.host_launch`, and only with the developer opt-in.
+Where it runs is a :class:`~.cli_host.CliHost` (:func:`~.codex_setup.open_host`): the
+session's Docker container, as a detached job a new worker re-attaches to after the old
+one died (the only place by default), or a host folder under the developer opt-in.
+Which launch runs next is decided as for Claude Code: the last launch finished → its
+reply; its CLI still runs in the container (or ended well) → follow it again from its
+first output line; a rollout of this turn was saved → ``resume`` it; otherwise start as
+the turn first did.
 """
 
 from __future__ import annotations
@@ -27,25 +34,21 @@ import os
 import re
 import secrets
 import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
-from durable_harness.adapters import hook_client
 from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.canonical_codex import CodexCanonicalizer
-from durable_harness.adapters.claude_code import workspace_of
 from durable_harness.adapters.claude_session import (
     LAUNCH_PREFIX,
     TranscriptStore,
     compose_resume_message,
 )
+from durable_harness.adapters.claude_setup import job_id, launch_token
+from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, follow
+from durable_harness.adapters.codex_output import CodexOutput
 from durable_harness.adapters.codex_session import (
     Rollout,
     latest_turn_rollout,
@@ -54,153 +57,108 @@ from durable_harness.adapters.codex_session import (
     previous_turn_rollout,
     rollout_facts,
 )
+from durable_harness.adapters.codex_setup import (
+    CODEX_VERSION,
+    check_version,
+    codex_model,
+    find_codex,
+    open_host,
+    resolve_openai_endpoint,
+    workspace_spec,
+)
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
-from durable_harness.adapters.host_launch import require_host_opt_in, run_on_host
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
-    ModelError,
+    LeaseLost,
     ReplayDivergence,
-    TurnFailed,
 )
-from durable_harness.harness.journal import BLOB_PREFIX, Journal, Outcome, StepResult, decode_output
-from durable_harness.harness.model import LOOPBACK_KEY, is_loopback
-from durable_harness.harness.settings import Settings
+from durable_harness.harness.journal import (
+    BLOB_PREFIX,
+    Journal,
+    OpenStep,
+    Outcome,
+    StepResult,
+    decode_output,
+)
+from durable_harness.harness.model import is_loopback
 from durable_harness.harness.tools import Replay
-from durable_harness.worlds.base import Step, StepStatus, World
+from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
+from durable_harness.sandbox.base import Sandbox
+from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
 
-__all__ = ["CODEX_VERSION", "CodexAdapter", "find_codex"]
+__all__ = ["CODEX_VERSION", "CodexAdapter", "CodexReplayPolicy", "codex_model", "find_codex"]
 
-#: The one Codex version this adapter's rules were measured on (scripts/setup).
-CODEX_VERSION = "0.171.0"
-BIN_ENV = "DURABLE_HARNESS_CODEX_BIN"
 RETRIES_ENV = "DURABLE_HARNESS_CODEX_MAX_RETRIES"
 DEFAULT_CLI_RETRIES = "2"
 TOKEN_ENV = "DURABLE_HARNESS_CODEX_TOKEN"  # the variable Codex reads its "API key" from
 PROVIDER = "durable-harness"
-DEFAULT_BASE_URL = "https://api.openai.com"
-#: The model a turn asks for when it names none but the harness-wide default (a Claude
-#: model, which no OpenAI-compatible endpoint serves).
-DEFAULT_MODEL = "gpt-5-codex"
-_REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 _HOOK_EVENTS = ("SessionStart", "PreToolUse", "PostToolUse")
 _OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
 _FLUSH_WAIT = 3.0  # seconds the rollout may take to show a tool call before a save
 _HOOKS_WAIT = 10.0  # seconds the first model call waits for proof the hooks are live
-_PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 _THREAD_IN_NAME = re.compile(
     r"-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$"
 )
-_versions_seen: dict[str, str] = {}
-
-
-def find_codex() -> str:
-    """The ``codex`` binary: $DURABLE_HARNESS_CODEX_BIN, the pinned install, or PATH."""
-    override = os.environ.get(BIN_ENV)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise ConfigError(f"{BIN_ENV}={override!r} is not an executable file")
-        return override
-    pinned = _REPO_BIN / "codex"
-    if os.access(pinned, os.X_OK):
-        return str(pinned)
-    found = shutil.which("codex")
-    if found is None:
-        raise ConfigError(
-            f"Codex is not installed: run scripts/setup (it installs @openai/codex@"
-            f"{CODEX_VERSION} into .tools/npm), or set {BIN_ENV} to a codex binary of that version"
-        )
-    return found
-
-
-def check_version(binary: str) -> None:
-    """ConfigError unless ``binary --version`` is exactly :data:`CODEX_VERSION`."""
-    version = _versions_seen.get(binary)
-    if version is None:
-        try:
-            out = subprocess.run(
-                [binary, "--version"], capture_output=True, text=True, timeout=60, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ConfigError(f"cannot run {binary} --version: {exc}") from None
-        version = (out.stdout.split() or ["(nothing)"])[-1]
-        _versions_seen[binary] = version
-    if version != CODEX_VERSION:
-        raise ConfigError(
-            f"{binary} is Codex {version}, but durable-harness needs exactly {CODEX_VERSION} "
-            f"(its request canonicalization is measured on that version): run scripts/setup, "
-            f"or point {BIN_ENV} at that version"
-        )
-
-
-def resolve_openai_endpoint(base_url: str | None) -> tuple[str, str]:
-    """``(base_url, api_key)`` of the OpenAI-compatible upstream (the harness's own key)."""
-    url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    key = os.environ.get("OPENAI_API_KEY", "")
-    if not key:
-        if not is_loopback(url):
-            raise ConfigError(
-                f"no API key for {url}: set OPENAI_API_KEY, or point OPENAI_BASE_URL at a "
-                "local endpoint (e.g. `durable-harness fake-model`)"
-            )
-        key = LOOPBACK_KEY
-    return url.rstrip("/").removesuffix("/v1"), key
-
-
-def codex_model(config: dict[str, Any]) -> str:
-    """The turn's model; the harness-wide default (a Claude model) means Codex's default."""
-    model = str(config.get("model") or "")
-    return DEFAULT_MODEL if model in ("", Settings.model_fields["model"].default) else model
-
-
-def host_workspace(config: dict[str, Any]) -> Path:
-    """The host folder Codex runs in (developer opt-in only; see :mod:`.host_launch`)."""
-    if str(config.get("workspace", "virtual")) == "docker":
-        raise ConfigError(
-            "the Docker workspace cannot host the codex agent in this version yet; it is "
-            "the only supported place for it (issue #6)"
-        )
-    require_host_opt_in("codex")
-    return workspace_of(config)
 
 
 class CodexAdapter(Adapter):
     name = "codex"
 
     def check(self, config: dict[str, Any], settings: Any) -> None:
-        host_workspace(config)
+        spec = workspace_spec(config)
         if config.get("tools"):
             raise ConfigError(
                 "the codex agent cannot serve --tools host tools yet; run it without them"
             )
         ClaudeCodeConfig.parse(config.get("agent_config"), "in the turn")
         resolve_openai_endpoint(config.get("base_url"))
-        check_version(find_codex())
+        if spec == "docker":
+            from durable_harness.sandbox import open_sandbox
+
+            open_sandbox("docker").close()  # Docker answers and the image is built
+        else:
+            check_version(find_codex())
 
     def run_turn(self, run: TurnRun) -> str:
-        host_workspace(run.config)
-        if run.journal.replay_only:
-            return _replay(run)
         journal = run.journal
         launches = _launch_steps(journal)
-        if launches and launches[-1].status is StepStatus.DONE:
+        if launches and launches[-1].status is StepStatus.DONE and not journal.replay_only:
             return str(decode_output(run.world, launches[-1])["reply"])
-        launch = _Launch(run)
-        plan = launch.plan(len(launches))
-        begun = journal.begin_keyed(
-            kind="agent",
-            name=self.name,
-            key=f"{LAUNCH_PREFIX}{len(launches)}",
-            input=plan,
-            replay="safe",
-            store_input=True,
-        )
-        if isinstance(begun, StepResult):  # cannot happen: the key is new
-            return str(begun.value["reply"])
-        result = launch.run(plan)
-        journal.end(begun, Outcome(result, {"source": "cli"}))
-        return str(result["reply"])
+        with open_host(run.config, run.turn.session_id) as host:
+            if journal.replay_only:
+                return _replay(run, host, launches)
+            launch = _Launch(run, host)
+            last = launches[-1] if launches else None
+            number = len(launches)
+            if last is not None and last.status is StepStatus.INTENT and host.durable:
+                # The CLI of an earlier worker may still run (Docker): finish that launch.
+                cli = host.attach(job_id(run.turn.turn_id, number - 1))
+                if cli is not None:
+                    plan = json.loads(_stored_input(run.world, last))
+                    result = launch.run(plan, job_id(run.turn.turn_id, number - 1), cli)
+                    journal.end(
+                        OpenStep(last, time.monotonic()),
+                        Outcome(result, {"source": "cli", "reattached": True}),
+                    )
+                    host.finish(job_id(run.turn.turn_id, number - 1))
+                    return str(result["reply"])
+            plan = launch.plan(number)
+            begun = journal.begin_keyed(
+                kind="agent",
+                name=self.name,
+                key=f"{LAUNCH_PREFIX}{number}",
+                input=plan,
+                replay="safe",
+                store_input=True,
+            )
+            if isinstance(begun, StepResult):  # cannot happen: the key is new
+                return str(begun.value["reply"])
+            result = launch.run(plan, job_id(run.turn.turn_id, number))
+            journal.end(begun, Outcome(result, {"source": "cli"}))
+            host.finish(job_id(run.turn.turn_id, number))
+            return str(result["reply"])
 
 
 def _launch_steps(journal: Journal) -> list[Step]:
@@ -208,13 +166,16 @@ def _launch_steps(journal: Journal) -> list[Step]:
     return [s for s in steps if s.key.startswith(LAUNCH_PREFIX)]
 
 
-def _replay(run: TurnRun) -> str:
+def _replay(run: TurnRun, host: CliHost, launches: list[Step]) -> str:
     """Run the turn's last finished launch again, the proxy answering from the journal."""
-    done = [s for s in _launch_steps(run.journal) if s.status is StepStatus.DONE]
+    done = [s for s in launches if s.status is StepStatus.DONE]
     if not done:
         raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
     plan = json.loads(_stored_input(run.world, done[-1]))
-    return str(_Launch(run).run(plan)["reply"])
+    job = f"{run.turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
+    reply = str(_Launch(run, host).run(plan, job)["reply"])
+    host.finish(job)
+    return reply
 
 
 def _stored_input(world: World, step: Step) -> str:
@@ -224,25 +185,18 @@ def _stored_input(world: World, step: Step) -> str:
     return text
 
 
-@dataclass
-class _Output:
-    thread: str | None = None
-    replies: list[str] = field(default_factory=list)
-    completed: bool = False
-    failure: str | None = None
-
-
 class _Launch:
     """One run of the CLI for a turn."""
 
-    def __init__(self, run: TurnRun) -> None:
+    def __init__(self, run: TurnRun, host: CliHost) -> None:
         self.run_ = run
+        self.host = host
         self.world = run.world
         self.journal = run.journal
         self.turn = run.turn
-        self.workspace = host_workspace(run.config)
         self.config = ClaudeCodeConfig.parse(run.config.get("agent_config"), "in the turn")
         self.store = TranscriptStore(self.world)
+        self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
 
     # -- what to run -----------------------------------------------------------------
@@ -276,61 +230,91 @@ class _Launch:
                 )
 
     # -- running it ----------------------------------------------------------------------
-    def run(self, plan: dict[str, Any]) -> dict[str, Any]:
-        binary = find_codex()
-        check_version(binary)
+    def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:
+        """Run the launch ``job`` (or follow ``cli``, the same launch started by an earlier
+        worker) to its end; its reply, thread and final rollout."""
+        host = self.host
+        binary = host.binary("codex")
+        check_version(binary, host)
         url, key = resolve_openai_endpoint(self.run_.config.get("base_url"))
-        token = secrets.token_urlsafe(32)
+        home = host.home(job)
+        codex_home = f"{home}/.codex"
         restored = Rollout.of(plan.get("rollout"))
-        with tempfile.TemporaryDirectory(prefix="durable-harness-codex-") as tmp:
-            home = Path(tmp)
-            codex_home = home / ".codex"
-            codex_home.mkdir()
-            if restored is not None:
-                target = codex_home / restored.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(self.store.load(restored.transcript))
-            hooks = ToolHooks(
-                self.journal,
-                CodexReplayPolicy(self.config),
-                host_tool_prefix="mcp__durable-harness__",
-                before_intent=None if self.journal.replay_only else self._saver(codex_home),
+        sandbox = getattr(host, "sandbox", None)
+        if cli is None and sandbox is not None and not self.journal.replay_only:
+            # A new container (the old one was lost) gets the workspace back from the World.
+            digest = self.journal.latest_meta("workspace") or self._session_workspace()
+            restore_workspace(sandbox, self.snapshots, digest)
+        hooks = ToolHooks(
+            self.journal,
+            CodexReplayPolicy(self.config),
+            host_tool_prefix="mcp__durable-harness__",
+            before_intent=None if self.journal.replay_only else self._saver(codex_home),
+            outcome_meta=None if sandbox is None else self._snapshotter(sandbox),
+            adopt=cli is not None,
+        )
+        if cli is not None:
+            hooks.session_started.set()  # it started under the earlier worker
+        callbacks = ProxyCallbacks(on_request=self._on_request(hooks), control=hooks.handle)
+        token = launch_token(self.turn.config, job) if host.durable else secrets.token_urlsafe(32)
+        proxy = JournalingProxy(
+            self.journal,
+            CodexCanonicalizer(home=home),
+            Upstream(url, key, send_key=is_loopback(url)),
+            token,
+            callbacks,
+        )
+        output = CodexOutput(thread=restored.thread if restored else None)
+        progress = self.journal.on_step is not None  # not --quiet
+        with proxy:
+            endpoint = host.endpoint(proxy.url, job)
+            if cli is None:
+                cli = host.start(self._launch(job, binary, home, endpoint, token, plan, restored))
+            status = follow(
+                cli,
+                proxy.fatal_event,
+                lambda line: output.feed(line, show_progress=progress),
+                lambda: isinstance(proxy.fatal, LeaseLost),
             )
-            callbacks = ProxyCallbacks(on_request=self._on_request(hooks), control=hooks.handle)
-            proxy = JournalingProxy(
-                self.journal,
-                CodexCanonicalizer(home=str(home)),
-                Upstream(url, key, send_key=is_loopback(url)),
-                token,
-                callbacks,
-            )
-            output = _Output(thread=restored.thread if restored else None)
-            with proxy:
-                self._write_config(codex_home, proxy.url, token)
-                exited = run_on_host(
-                    self._command(binary, plan, output.thread),
-                    cwd=self.workspace,
-                    env=self._env(home, codex_home, token),
-                    on_line=lambda line: self._event(line, output),
-                    stop=proxy.fatal_event,
-                )
-            if proxy.fatal is not None:
-                raise proxy.fatal
-            reply = self._reply(output, exited.status, exited.stderr, proxy)
-            final = self._final_rollout(codex_home, output.thread)
+            stderr = cli.stderr_tail()
+        if proxy.fatal is not None:
+            raise proxy.fatal
+        reply = output.reply(status, stderr, proxy.upstream_errors)
+        final = self._final_rollout(codex_home, output.thread)
         result: dict[str, Any] = {"reply": reply, "thread": output.thread}
         if not self.journal.replay_only and final is not None:
             path, data = final
             saved = self.store.save(data)
             rollout = Rollout(str(output.thread), path, saved.digest)
             result["rollout"] = rollout.as_json()
+        # The HOME (with the rollout) goes only once the launch is journaled (the caller's
+        # host.finish): a worker that dies before re-attaches and reads the rollout again.
         return result
 
-    def _saver(self, codex_home: Path) -> Any:
+    def _session_workspace(self) -> str | None:
+        """The newest workspace snapshot of the session's earlier, finished turns."""
+        digest: str | None = None
+        for turn in self.world.list_turns(self.turn.session_id):
+            if turn.index < self.turn.index and turn.status is TurnStatus.DONE:
+                for step in self.world.load_steps(turn.turn_id):
+                    if step.status is StepStatus.DONE and "workspace" in step.meta:
+                        digest = str(step.meta["workspace"])
+        return digest
+
+    def _snapshotter(self, sandbox: Sandbox) -> Any:
+        def outcome_meta() -> dict[str, Any]:
+            # The workspace as this tool left it: a new container is restored from it.
+            with self._save_lock:
+                digest = save_workspace(sandbox, self.snapshots)
+            return {} if digest is None else {"workspace": digest}
+
+        return outcome_meta
+
+    def _saver(self, codex_home: str) -> Any:
         def before_intent(reported: str | None, tool_use_id: str) -> None:
             if not reported:
                 raise DurableHarnessError("Codex's hook named no rollout file to save")
-            rollout = Path(reported)
+            rollout = PurePosixPath(reported)
             match = _THREAD_IN_NAME.search(rollout.name)
             if match is None or not rollout.is_relative_to(codex_home):
                 raise DurableHarnessError(f"Codex's rollout file is not where expected: {reported}")
@@ -339,10 +323,10 @@ class _Launch:
             deadline = time.monotonic() + _FLUSH_WAIT
             data = b""
             while time.monotonic() < deadline:
-                data = rollout.read_bytes() if rollout.exists() else b""
+                data = self.host.read_file(reported) or b""
                 if tool_use_id.encode() in data:
                     break
-                time.sleep(0.01)
+                time.sleep(0.02)
             with self._save_lock:
                 saved = self.store.save(data)
                 relative = str(rollout.relative_to(codex_home))
@@ -369,26 +353,66 @@ class _Launch:
 
         return on_request
 
-    def _write_config(self, codex_home: Path, url: str, token: str) -> None:
-        endpoint = codex_home / "durable-harness-endpoint.json"
-        endpoint.write_text(json.dumps({"url": url, "token": token}))
-        endpoint.chmod(0o600)
-        client = [sys.executable, "-I", "-S", hook_client.__file__, str(endpoint)]
-        hooks = {
+    def _launch(
+        self,
+        job: str,
+        binary: str,
+        home: str,
+        url: str,
+        token: str,
+        plan: dict[str, Any],
+        restored: Rollout | None,
+    ) -> CliLaunch:
+        # The hook client finds the proxy through this file (in HOME, beside the Docker
+        # host's node hook client).
+        endpoint = f"{home}/durable-harness-endpoint.json"
+        hook = {
             event: [
                 {
                     "matcher": "*",
                     "hooks": [
-                        {"type": "command", "command": shlex.join([*client, event]), "timeout": 600}
+                        {
+                            "type": "command",
+                            "command": shlex.join(self.host.hook_command(endpoint, event)),
+                            "timeout": 600,
+                        }
                     ],
                 }
             ]
             for event in _HOOK_EVENTS
         }
-        (codex_home / "hooks.json").write_text(json.dumps({"hooks": hooks}, indent=1))
+        files = {
+            "durable-harness-endpoint.json": json.dumps({"url": url, "token": token}).encode(),
+            ".codex/hooks.json": json.dumps({"hooks": hook}, indent=1).encode(),
+            ".codex/config.toml": self._config_toml(url).encode(),
+        }
+        if restored is not None:
+            files[f".codex/{restored.path}"] = self.store.load(restored.transcript)
+        command = [
+            binary,
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--dangerously-bypass-hook-trust",  # hooks.json is ours, written per launch
+        ]
+        if plan["mode"] == "resume":
+            if restored is None:
+                raise DurableHarnessError("a resumed Codex launch has no thread to resume")
+            command += ["resume", restored.thread]
+        env = {
+            "HOME": home,
+            "CODEX_HOME": f"{home}/.codex",
+            "TERM": "dumb",
+            TOKEN_ENV: token,  # the proxy's per-launch token, never a provider key
+        }
+        # "-": the message on stdin (piped stdin would be appended to an argument prompt).
+        return CliLaunch(job, [*command, "-"], env, str(plan["message"]).encode(), files)
+
+    def _config_toml(self, url: str) -> str:
         model = codex_model(self.run_.config)
         retries = int(os.environ.get(RETRIES_ENV, DEFAULT_CLI_RETRIES))
-        config = (
+        return (
             f"model = {json.dumps(model)}\n"
             f'model_provider = "{PROVIDER}"\n'
             'approval_policy = "never"\n'
@@ -401,87 +425,15 @@ class _Launch:
             f"request_max_retries = {retries}\n"
             f"stream_max_retries = {retries}\n"
         )
-        (codex_home / "config.toml").write_text(config)
 
-    def _command(self, binary: str, plan: dict[str, Any], thread: str | None) -> list[str]:
-        command = [
-            binary,
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "--dangerously-bypass-hook-trust",  # hooks.json is ours, written per launch
-        ]
-        if plan["mode"] == "resume":
-            if thread is None:
-                raise DurableHarnessError("a resumed Codex launch has no thread to resume")
-            command += ["resume", thread]
-        return [*command, "--", str(plan["message"])]
-
-    def _env(self, home: Path, codex_home: Path, token: str) -> dict[str, str]:
-        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env.update(
-            {
-                "HOME": str(home),
-                "CODEX_HOME": str(codex_home),
-                "SHELL": shutil.which("bash") or "/bin/sh",
-                "TERM": "dumb",
-                TOKEN_ENV: token,  # the proxy's per-launch token, never a provider key
-            }
-        )
-        return env
-
-    def _event(self, line: bytes, output: _Output) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        kind = event.get("type")
-        item: dict[str, Any] = event["item"] if isinstance(event.get("item"), dict) else {}
-        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
-            output.thread = event["thread_id"]
-        elif kind == "turn.completed":
-            output.completed = True
-        elif kind == "turn.failed":
-            error = event.get("error") or {}
-            output.failure = str(error.get("message") if isinstance(error, dict) else error)
-        elif kind == "item.completed" and item.get("type") == "agent_message":
-            output.replies.append(str(item.get("text") or ""))
-            self._progress(f"codex: {item.get('text')}")
-        elif kind == "item.started" and item.get("type") == "command_execution":
-            self._progress(f"codex: $ {item.get('command')}")
-
-    def _progress(self, text: str) -> None:
-        if self.journal.on_step is not None:  # not --quiet
-            text = text.replace("\n", " ")
-            sys.stderr.write(f"  {text[:160]}\n")
-            sys.stderr.flush()
-
-    def _reply(
-        self, output: _Output, status: int | None, stderr: str, proxy: JournalingProxy
-    ) -> str:
-        upstream = "; ".join(dict.fromkeys(proxy.upstream_errors[-3:])) or None
-        if output.completed:
-            return output.replies[-1] if output.replies else ""
-        if output.failure is not None or upstream:
-            if upstream:
-                raise ModelError(f"the model call failed ({upstream}); the turn will be resumed")
-            raise TurnFailed(f"Codex ended the turn with an error: {output.failure}")
-        raise DurableHarnessError(
-            f"Codex exited with status {status} without finishing the turn: "
-            f"{stderr.strip()[-500:] or 'no output'}"
-        )
-
-    def _final_rollout(self, codex_home: Path, thread: str | None) -> tuple[str, bytes] | None:
+    def _final_rollout(self, codex_home: str, thread: str | None) -> tuple[str, bytes] | None:
         if thread is None:
             return None
-        found = sorted((codex_home / "sessions").glob(f"**/rollout-*-{thread}.jsonl"))
-        if not found:
+        found = self.host.find_files(f"{codex_home}/sessions", f"rollout-*-{thread}.jsonl")
+        data = self.host.read_file(found[-1]) if found else None
+        if data is None:
             return None
-        return str(found[-1].relative_to(codex_home)), found[-1].read_bytes()
+        return str(PurePosixPath(found[-1]).relative_to(codex_home)), data
 
 
 def _close_from_request(hooks: ToolHooks, body: dict[str, Any]) -> None:

@@ -23,8 +23,10 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from claude_cases import alive, cmdline, descendants, lines
+from claude_cases import alive, cmdline, container_text, descendants, lines
 from support import Harness, make_harness
+
+from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "fixtures"
@@ -46,6 +48,7 @@ reply.text = "{second_reply}"
 name = "final"
 when.conversation = "WROTE-2"
 reply.text = "{final}"
+reply.chunk_delay_ms = {final_delay_ms}
 
 [[rule]]
 name = "write"
@@ -85,7 +88,12 @@ def bash_command(sleep: float) -> str:
 
 
 def write_script(
-    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+    tmp: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    fault: str | None = None,
+    final_delay_ms: int = 0,
 ) -> Path:
     script = tmp / "script.toml"
     script.write_text(
@@ -96,21 +104,38 @@ def write_script(
             second_prompt=SECOND_PROMPT,
             second_reply=SECOND_REPLY,
             chunk_delay_ms=chunk_delay_ms,
+            final_delay_ms=final_delay_ms,
             fault=f'reply.stream_fault = "{fault}"' if fault else "",
         )
     )
     return script
 
 
+_WORKSPACE = "DH_TEST_WORKSPACE"  # the harness's --workspace (read by these helpers only)
+
+
 def codex_harness(
-    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, fault: str | None = None
+    tmp: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    fault: str | None = None,
+    final_delay_ms: int = 0,
+    where: str = "host",
 ) -> Iterator[Harness]:
-    (tmp / "ws").mkdir()
-    script = write_script(tmp, sleep=sleep, chunk_delay_ms=chunk_delay_ms, fault=fault)
+    """A harness for the codex turn; ``where`` is ``host`` (a host folder, the developer
+    opt-in) or ``docker`` (the session's container)."""
+    if where == "host":
+        (tmp / "ws").mkdir()
+    script = write_script(
+        tmp, sleep=sleep, chunk_delay_ms=chunk_delay_ms, fault=fault, final_delay_ms=final_delay_ms
+    )
     for h in make_harness(tmp, script):
         h.env["OPENAI_BASE_URL"] = h.server.url
         h.env.pop("OPENAI_API_KEY", None)
-        h.env["DURABLE_HARNESS_UNSAFE_HOST_AGENT"] = "1"
+        h.env[_WORKSPACE] = "docker" if where == "docker" else str(tmp / "ws")
+        if where == "host":
+            h.env[UNSAFE_HOST_ENV] = "1"
         yield h
 
 
@@ -120,7 +145,7 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
         "--agent",
         "codex",
         "--workspace",
-        str(h.tmp / "ws"),
+        h.env.get(_WORKSPACE) or str(h.tmp / "ws"),
         "--agent-config",
         str(AGENT_CONFIG),
         *extra,
@@ -128,12 +153,19 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
     ]
 
 
-def bash_runs(h: Harness) -> int:
-    return len(lines(h.tmp / "ws" / "bash_runs.txt"))
+def bash_runs(h: Harness, session: str | None = None) -> int:
+    """Runs of the first command (in the session's container when ``session`` is given)."""
+    return _runs(h, "bash_runs.txt", session)
 
 
-def write_runs(h: Harness) -> int:
-    return len(lines(h.tmp / "ws" / "write_runs.txt"))
+def write_runs(h: Harness, session: str | None = None) -> int:
+    return _runs(h, "write_runs.txt", session)
+
+
+def _runs(h: Harness, name: str, session: str | None) -> int:
+    if session is None:
+        return len(lines(h.tmp / "ws" / name))
+    return container_text(session, f"/workspace/{name}").count("ran")
 
 
 def kill_worker_and_cli(worker_pid: int) -> list[int]:

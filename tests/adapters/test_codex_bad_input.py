@@ -21,14 +21,16 @@ def h(tmp_path: Path) -> Iterator[Harness]:
 
 def test_host_folder_without_the_opt_in(h: Harness) -> None:
     out = h.cli(*run_args(h), DURABLE_HARNESS_UNSAFE_HOST_AGENT="")
-    one_line_error(out, "runs only inside Docker", "--workspace docker", "UNSAFE_HOST_AGENT=1")
+    one_line_error(out, "codex", "--workspace docker", "UNSAFE_HOST_AGENT=1")
     no_turns(h)
 
 
-def test_docker_workspace_is_not_wired_yet(h: Harness) -> None:
+@pytest.mark.parametrize("opt_in", ["", "1"])
+def test_virtual_workspace_is_refused(h: Harness, opt_in: str) -> None:
+    """The virtual workspace never hosts the CLI, with or without the developer opt-in."""
     args = run_args(h)
-    args[args.index(str(h.tmp / "ws"))] = "docker"
-    one_line_error(h.cli(*args), "Docker workspace", "codex")
+    args[args.index(str(h.tmp / "ws"))] = "virtual"
+    one_line_error(h.cli(*args, DURABLE_HARNESS_UNSAFE_HOST_AGENT=opt_in), "--workspace docker")
     no_turns(h)
 
 
