@@ -142,11 +142,13 @@ class ClaudeCodeAdapter(Adapter):
                 cli = host.attach(job_id(run.turn.turn_id, len(launches) - 1))
                 if cli is not None:
                     plan = json.loads(_stored_input(run.world, last))
-                    result = launch.run(plan, job_id(run.turn.turn_id, len(launches) - 1), cli)
+                    job = job_id(run.turn.turn_id, len(launches) - 1)
+                    result = launch.run(plan, job, cli)
                     run.journal.end(
                         OpenStep(last, time.monotonic()),
                         Outcome(result, {"source": "cli", "reattached": True}),
                     )
+                    host.finish(job)
                     return _reply_or_park(result, launch, reattached=True)
             number = len(launches)
             plan = launch.plan(number, last_done)
@@ -160,8 +162,10 @@ class ClaudeCodeAdapter(Adapter):
             )
             if isinstance(begun, StepResult):  # cannot happen: the key is new
                 return str(begun.value["reply"])
-            result = launch.run(plan, job_id(run.turn.turn_id, number))
+            job = job_id(run.turn.turn_id, number)
+            result = launch.run(plan, job)
             run.journal.end(begun, Outcome(result, {"source": "cli"}))
+            host.finish(job)
             return _reply_or_park(result, launch, reattached=False)
 
 
@@ -201,6 +205,7 @@ def _replay(run: TurnRun, host: CliHost, launches: list[Step]) -> str:
     plan = json.loads(_stored_input(run.world, done[-1]))
     job = f"{run.turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
     result = _Launch(run, host).run(plan, job)
+    host.finish(job)
     return str(result["reply"])
 
 
@@ -321,7 +326,8 @@ class _Launch:
             epoch = self.journal.lease.epoch
             self.store.point(self.turn.session_id, self.turn.turn_id, epoch, saved)
             result["transcript"] = saved.digest
-        host.finish(job)
+        # The launch's HOME (with the transcript) stays until the launch is journaled: a
+        # worker that dies before that re-attaches and reads it again (run_turn finishes).
         return result
 
     def _session_workspace(self) -> str | None:

@@ -32,6 +32,7 @@ from claude_cases import (
 from support import Harness, ids_of
 
 from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
+from durable_harness.harness.crash import CRASH_EXIT_CODE
 from durable_harness.sandbox.docker import DockerSandbox
 
 
@@ -68,6 +69,27 @@ def test_turn_in_docker(h: Harness) -> None:
     assert replay.returncode == 0, replay.stderr
     assert replay.stdout.strip() == FINAL and len(h.requests()) == calls
     assert bash_runs(h, ids["session"]) == 1 and notify_runs(h) == 1
+
+
+def test_worker_dies_after_the_cli_before_the_launch_is_journaled(h: Harness) -> None:
+    """The CLI finished in the container, the worker died (os._exit) before recording the
+    launch: the next worker re-attaches to the ended job, reads its output and its
+    transcript (still in the launch's HOME) and records the launch; nothing runs twice
+    and the session's next turn sees the first."""
+    crashed = h.cli(*run_args(h), DURABLE_HARNESS_CRASH_AT="0:after_run")
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+    ids = ids_of(crashed)
+    done = h.cli("worker", "--until-idle", timeout=300)
+    assert done.returncode == 0, done.stderr
+    show = h.show(ids["turn"])
+    assert show["turn"]["result"] == FINAL, dump(show)
+    launches = [s["status"] for s in show["steps"] if s["kind"] == "agent"]
+    assert launches == ["done"]  # the same launch, re-attached
+    assert bash_runs(h, ids["session"]) == 1 and notify_runs(h) == 1
+    assert h.repeated_requests() == {}
+    second = h.cli(*run_args(h, "--session", ids["session"], prompt=SECOND_PROMPT))
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().splitlines()[-1] == SECOND_REPLY
 
 
 def test_container_lost_mid_turn(tmp_path: Path, docker_host: str) -> None:
