@@ -38,6 +38,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,6 +67,7 @@ from durable_harness.harness.fake_model_responses import (
 )
 from durable_harness.harness.fake_model_script import (
     RequestView,
+    Rule,
     Script,
     build_message,
     canonical_request,
@@ -235,114 +237,39 @@ class FakeModelServer:
 
     def answer_messages(self, body: bytes) -> _Answer:
         """Answer a ``POST /v1/messages`` body (a pure function of the body and script)."""
-        request = _parse_request(body)
-        if isinstance(request, _Answer):
-            request.path = "/v1/messages"
-            return request
-        stream = request.get("stream") is True
-        view = RequestView.of(request)
-        digest = request_hash(request)
-        answer = _Answer(
-            status=200,
-            path="/v1/messages",
-            stream=stream,
-            request_hash=digest,
-            last_user_text=view.last_user_text,
-            headers={"request-id": "req_" + digest[:24]},
-        )
-        index = self.script.match(view)
-        if index is None:
-            shown = view.last_user_text[:300]
-            answer.status = 400
-            answer.body = error_body(
-                "invalid_request_error",
-                f"fake model: no rule matches the request (last user text: {shown!r})",
-            )
-            return answer
-        rule = self.script.rules[index]
-        answer.rule = self.script.label(index)
-        answer.delay_s = rule.reply.delay_ms / 1000
-        if rule.reply.error is not None:
-            answer.status = rule.reply.error.http_status
-            answer.body = error_body(rule.reply.error.type, rule.reply.error.message)
-            return answer
-        message = build_message(request, rule)
-        if stream:
-            answer.events = [sse_frame(event, data) for event, data in stream_events(message)]
-            answer.chunk_delay_s = rule.reply.chunk_delay_ms / 1000
-        else:
-            answer.body = dumps_compact(message)
-        answer.stream_fault = rule.reply.stream_fault
-        answer.fault_after = rule.reply.fault_after
-        return answer
+        return self._answer(body, _MESSAGES)
 
     def answer_responses(self, body: bytes) -> _Answer:
         """Answer a ``POST /v1/responses`` body from the same rules (a pure function)."""
-        request = _parse_request(body, "input")
-        if isinstance(request, _Answer):
-            request.path = RESPONSES_PATH
-            request.body = response_error_body("invalid_request_error", _error_message(request))
-            return request
-        stream = request.get("stream") is True
-        view = responses_view(request)
-        digest = responses_request_hash(request)
-        answer = _Answer(
-            status=200,
-            path=RESPONSES_PATH,
-            stream=stream,
-            request_hash=digest,
-            last_user_text=view.last_user_text,
-            headers={"x-request-id": "req_" + digest[:24]},
-        )
-        index = self.script.match(view)
-        if index is None:
-            shown = view.last_user_text[:300]
-            answer.status = 400
-            answer.body = response_error_body(
-                "invalid_request_error",
-                f"fake model: no rule matches the request (last user text: {shown!r})",
-            )
-            return answer
-        rule = self.script.rules[index]
-        answer.rule = self.script.label(index)
-        answer.delay_s = rule.reply.delay_ms / 1000
-        if rule.reply.error is not None:
-            answer.status = rule.reply.error.http_status
-            answer.body = response_error_body(rule.reply.error.type, rule.reply.error.message)
-            return answer
-        response = build_response(request, rule, digest)
-        if stream:
-            answer.events = [sse_frame(event, data) for event, data in response_events(response)]
-            answer.chunk_delay_s = rule.reply.chunk_delay_ms / 1000
-        else:
-            answer.body = dumps_compact(response)
-        answer.stream_fault = rule.reply.stream_fault
-        answer.fault_after = rule.reply.fault_after
-        return answer
+        return self._answer(body, _RESPONSES)
 
     def answer_chat(self, body: bytes) -> _Answer:
         """Answer a ``POST /v1/chat/completions`` body from the same rules (a pure function)."""
-        request = _parse_request(body)
+        return self._answer(body, _CHAT)
+
+    def _answer(self, body: bytes, api: _Api) -> _Answer:
+        request = _parse_request(body, api.required)
         if isinstance(request, _Answer):
-            request.path = CHAT_PATH
-            request.body = response_error_body("invalid_request_error", _error_message(request))
+            request.path = api.path
+            # The parse error, in this API's shape.
+            request.body = api.error_body("invalid_request_error", _error_message(request))
             return request
         stream = request.get("stream") is True
-        view = chat_view(request)
-        digest = chat_request_hash(request)
+        view = api.view(request)
+        digest = api.request_hash(request)
         answer = _Answer(
             status=200,
-            path=CHAT_PATH,
+            path=api.path,
             stream=stream,
             request_hash=digest,
             last_user_text=view.last_user_text,
-            headers={"x-request-id": "req_" + digest[:24]},
+            headers={api.id_header: "req_" + digest[:24]},
         )
         index = self.script.match(view)
         if index is None:
             shown = view.last_user_text[:300]
             answer.status = 400
-            answer.body = response_error_body(
+            answer.body = api.error_body(
                 "invalid_request_error",
                 f"fake model: no rule matches the request (last user text: {shown!r})",
             )
@@ -352,17 +279,14 @@ class FakeModelServer:
         answer.delay_s = rule.reply.delay_ms / 1000
         if rule.reply.error is not None:
             answer.status = rule.reply.error.http_status
-            answer.body = response_error_body(rule.reply.error.type, rule.reply.error.message)
+            answer.body = api.error_body(rule.reply.error.type, rule.reply.error.message)
             return answer
-        completion = build_completion(request, rule, digest)
+        reply = api.build(request, rule, digest)
         if stream:
-            options = request.get("stream_options")
-            usage = isinstance(options, dict) and options.get("include_usage") is True
-            chunks = completion_chunks(completion, usage)
-            answer.events = [chat_frame(chunk) for chunk in chunks] + [DONE_FRAME]
+            answer.events = api.frames(reply, request)
             answer.chunk_delay_s = rule.reply.chunk_delay_ms / 1000
         else:
-            answer.body = dumps_compact(completion)
+            answer.body = dumps_compact(reply)
         answer.stream_fault = rule.reply.stream_fault
         answer.fault_after = rule.reply.fault_after
         return answer
@@ -409,6 +333,58 @@ class FakeModelServer:
             }
             self._log_file.write(json.dumps(line, ensure_ascii=False) + "\n")
             self._log_file.flush()
+
+
+@dataclass(frozen=True)
+class _Api:
+    """What differs between the APIs the fake model speaks; the rules are shared."""
+
+    path: str
+    required: str  # the request field that must be there ("messages" or "input")
+    view: Callable[[dict[str, Any]], RequestView]
+    request_hash: Callable[[dict[str, Any]], str]
+    id_header: str
+    error_body: Callable[[str, str], bytes]
+    build: Callable[[dict[str, Any], Rule, str], dict[str, Any]]
+    frames: Callable[[dict[str, Any], dict[str, Any]], list[bytes]]
+
+
+def _chat_frames(completion: dict[str, Any], request: dict[str, Any]) -> list[bytes]:
+    options = request.get("stream_options")
+    usage = isinstance(options, dict) and options.get("include_usage") is True
+    return [chat_frame(chunk) for chunk in completion_chunks(completion, usage)] + [DONE_FRAME]
+
+
+_MESSAGES = _Api(
+    path="/v1/messages",
+    required="messages",
+    view=RequestView.of,
+    request_hash=request_hash,
+    id_header="request-id",
+    error_body=error_body,
+    build=lambda request, rule, _digest: build_message(request, rule),
+    frames=lambda message, _request: [sse_frame(e, d) for e, d in stream_events(message)],
+)
+_RESPONSES = _Api(
+    path=RESPONSES_PATH,
+    required="input",
+    view=responses_view,
+    request_hash=responses_request_hash,
+    id_header="x-request-id",
+    error_body=response_error_body,
+    build=build_response,
+    frames=lambda response, _request: [sse_frame(e, d) for e, d in response_events(response)],
+)
+_CHAT = _Api(
+    path=CHAT_PATH,
+    required="messages",
+    view=chat_view,
+    request_hash=chat_request_hash,
+    id_header="x-request-id",
+    error_body=response_error_body,
+    build=build_completion,
+    frames=_chat_frames,
+)
 
 
 def _parse_request(body: bytes, required: str = "messages") -> dict[str, Any] | _Answer:
