@@ -273,8 +273,7 @@ class S3Journal:
                 **row.data,
                 "attempts": step.attempts + 1,
                 "epoch": epoch,
-                "fence": epoch,
-                "started_at": time.time(),
+                "fence": epoch,  # started_at stays the first start (waits' deadlines)
             }
             try:
                 doc = self.store.put(self.layout.step(turn_id, seq), data, if_match=row.etag)

@@ -266,7 +266,8 @@ class World(abc.ABC):
     @abc.abstractmethod
     def restart_intent(self, turn_id: str, seq: int, epoch: int) -> int:
         """Record that an interrupted intent is being run again (fenced); return the new
-        attempt count. Only for steps still in status ``intent``."""
+        attempt count. Only for steps still in status ``intent``. ``started_at`` keeps
+        the first start (a wait's deadline is measured from it)."""
 
     @abc.abstractmethod
     def finish_step(

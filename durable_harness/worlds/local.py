@@ -538,10 +538,10 @@ class LocalWorld(World):
                 raise StepConflict(
                     f"turn {turn_id}: step {seq} already has an outcome ({step.status})"
                 )
+            # started_at stays the first start: a wait's deadline is measured from it.
             conn.execute(
-                "UPDATE steps SET attempts = attempts + 1, epoch = ?, started_at = ?"
-                " WHERE turn_id = ? AND seq = ?",
-                (epoch, time.time(), turn_id, seq),
+                "UPDATE steps SET attempts = attempts + 1, epoch = ? WHERE turn_id = ? AND seq = ?",
+                (epoch, turn_id, seq),
             )
             return step.attempts + 1
 

@@ -508,7 +508,8 @@ class PostgresWorld(World):
         self._run("insert_intent", op)
 
     def restart_intent(self, turn_id: str, seq: int, epoch: int) -> int:
-        params = {"turn_id": turn_id, "seq": seq, "epoch": epoch, "now": time.time()}
+        # started_at stays the first start: a wait's deadline is measured from it.
+        params = {"turn_id": turn_id, "seq": seq, "epoch": epoch}
 
         # Not made exact on retry: if the first try committed, attempts counts one more
         # run than happened (it only informs `show`; it never decides anything).

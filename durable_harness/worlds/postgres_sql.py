@@ -283,7 +283,7 @@ _FENCED = """
 RESTART_INTENT = (
     """
 UPDATE durable_harness.steps s
-SET attempts = s.attempts + 1, epoch = %(epoch)s, started_at = %(now)s
+SET attempts = s.attempts + 1, epoch = %(epoch)s
 WHERE s.turn_id = %(turn_id)s AND s.seq = %(seq)s AND s.status = 'intent'"""
     + _FENCED
     + """

@@ -417,7 +417,8 @@ def test_an_open_intent_is_reported_as_intent(world: World) -> None:
 
 def test_restart_intent_increments_attempts(world: World) -> None:
     lease = claimed(world, lease_seconds=SHORT_LEASE)
-    world.insert_intent(intent(lease, 0))
+    first_start = time.time() - 100.0
+    world.insert_intent(intent(lease, 0, started_at=first_start))
     time.sleep(AFTER_SHORT_LEASE)
     second = world.claim("w2", 30)
     assert second is not None
@@ -425,6 +426,8 @@ def test_restart_intent_increments_attempts(world: World) -> None:
     assert world.restart_intent("t1", 0, second.epoch) == 3
     [step] = world.load_steps("t1")
     assert step.attempts == 3 and step.status == StepStatus.INTENT
+    # The first start is kept: a wait's deadline is measured from it, on every delivery.
+    assert step.started_at == pytest.approx(first_start, abs=0.01)
     finish(world, second, 0)
     assert world.load_steps("t1")[0].status == StepStatus.DONE
 
