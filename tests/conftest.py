@@ -5,14 +5,26 @@ at the bundled fake model (or at a closed loopback port) and ANTHROPIC_API_KEY i
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import docker_server
 import postgres_server
 import pytest
 import services_s3
 from support import DEMO, Harness, make_harness
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A run stopped by SIGTERM (a CI timeout, `timeout`, a cancelled job) would die without
+    # tearing its fixtures down and leave PostgreSQL, dockerd, moto and SeaweedFS running:
+    # treat it as Ctrl-C, which pytest unwinds through every fixture's teardown.
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 @pytest.fixture(autouse=True)
