@@ -29,21 +29,32 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from durable_harness.adapters import hook_client, reaper
-from durable_harness.harness.errors import ConfigError
+from durable_harness.harness.errors import ConfigError, LeaseLost
+from durable_harness.harness.journal import BLOB_PREFIX, Journal
+from durable_harness.worlds.base import Step, World
+
+if TYPE_CHECKING:
+    from durable_harness.adapters.proxy import JournalingProxy
 
 __all__ = [
     "UNSAFE_HOST_ENV",
     "CliHost",
     "CliLaunch",
     "CliRun",
+    "Finished",
     "HostCliHost",
     "Line",
+    "launch_steps",
+    "progress",
     "require_unsafe_host",
+    "stored_input",
+    "supervise",
 ]
 
 #: Set to 1 to let Claude Code or Codex act on a host folder with your user's rights:
@@ -117,8 +128,13 @@ class CliHost(abc.ABC):
         """How to invoke the CLI ``name`` here (a path or a name on PATH)."""
 
     @abc.abstractmethod
-    def version(self, binary: str) -> str:
-        """The first word ``binary --version`` prints here."""
+    def version(self, binary: str, env: dict[str, str] | None = None) -> str:
+        """The first word ``binary --version`` prints here (on stdout, else on stderr),
+        run with ``env`` added to the environment."""
+
+    def realpath(self, binary: str) -> str:
+        """Where ``binary`` is installed here, symlinks resolved."""
+        return os.path.realpath(shutil.which(binary) or binary)
 
     @abc.abstractmethod
     def endpoint(self, proxy_url: str, job_id: str) -> str:
@@ -156,29 +172,36 @@ class CliHost(abc.ABC):
 class HostCliHost(CliHost):
     """A host folder: the CLI as a child of the worker, under :mod:`.reaper`."""
 
-    def __init__(self, workspace: Path, binaries: dict[str, str]) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        binaries: dict[str, str],
+        home_prefix: str = "durable-harness-claude-",
+    ) -> None:
         self.workspace = str(workspace)
         self.binaries = binaries  # name -> the host binary (found by the adapter)
+        self.home_prefix = home_prefix  # of the private HOMEs (tests find a CLI by it)
         self._homes: dict[str, str] = {}
 
     def home(self, job_id: str) -> str:
         if job_id not in self._homes:
-            self._homes[job_id] = tempfile.mkdtemp(prefix="durable-harness-claude-")
+            self._homes[job_id] = tempfile.mkdtemp(prefix=self.home_prefix)
         return self._homes[job_id]
 
     def binary(self, name: str) -> str:
         return self.binaries[name]
 
-    def version(self, binary: str) -> str:
+    def version(self, binary: str, env: dict[str, str] | None = None) -> str:
         out = subprocess.run(
             [binary, "--version"],
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
+            env={**os.environ, "DISABLE_AUTOUPDATER": "1", **(env or {})},
+            stdin=subprocess.DEVNULL,
             check=False,
         )
-        return (out.stdout.split() or ["(nothing)"])[0]
+        return (out.stdout.split() or out.stderr.split() or ["(nothing)"])[0]
 
     def endpoint(self, proxy_url: str, job_id: str) -> str:
         return proxy_url
@@ -264,3 +287,61 @@ def _pump(stream: IO[bytes]) -> queue.Queue[Line]:
 
     threading.Thread(target=pump, name="cli-stdout", daemon=True).start()
     return lines
+
+
+@dataclass
+class Finished:
+    """How a supervised launch ended: its exit status (None: stopped for the proxy's
+    fatal error) and the tail of its stderr."""
+
+    status: int | None
+    stderr: str
+
+
+def supervise(cli: CliRun, proxy: JournalingProxy, on_line: Callable[[bytes], None]) -> Finished:
+    """Hand each stdout line of ``cli`` to ``on_line`` until it ends (or the proxy fails
+    the turn: its error is raised). A CLI stopped early is killed, unless the lease was
+    lost: then it belongs to the turn's new owner."""
+    status: int | None = None
+    lines = cli.output()
+    try:
+        while not proxy.fatal_event.is_set():
+            try:
+                line = lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if isinstance(line, BaseException):
+                raise line
+            on_line(line)
+        if not proxy.fatal_event.is_set():
+            status = cli.wait()
+    finally:
+        if status is None and not isinstance(proxy.fatal, LeaseLost):
+            cli.kill()
+    stderr = cli.stderr_tail()
+    if proxy.fatal is not None:
+        raise proxy.fatal
+    return Finished(status, stderr)
+
+
+def launch_steps(journal: Journal) -> list[Step]:
+    """The turn's ``launch:<n>`` steps, oldest first."""
+    steps = sorted(journal.recorded.values(), key=lambda s: s.seq)
+    return [s for s in steps if s.key.startswith("launch:")]
+
+
+def stored_input(world: World, step: Step) -> str:
+    """A step's stored input text (read from its blob when it was stored as one)."""
+    text = step.input or "{}"
+    if text.startswith(BLOB_PREFIX):
+        return world.get_blob(text.removeprefix(BLOB_PREFIX)).decode()
+    return text
+
+
+def progress(text: str) -> None:
+    """One progress line under ``run``/``worker`` (stderr, one line, at most 160 chars)."""
+    text = text.replace("\n", " ")
+    sys.stderr.write(f"  {text[:160]}\n")
+    sys.stderr.flush()

@@ -34,6 +34,7 @@ AGENT_CONFIG = FIXTURES / "claude_agent.toml"
 TITLE = "Pricing page"
 FINAL = "Pricing page added."
 SECOND_REPLY = "Earlier I added the pricing page."
+WORKSPACE_ENV = "DH_TEST_WORKSPACE"  # the harness's --workspace (read by these helpers only)
 
 _FINAL = """
 [[rule]]
@@ -117,13 +118,23 @@ def write_script(
 
 
 def opencode_harness(
-    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, notify: bool = False
+    tmp: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    notify: bool = False,
+    where: str = "host",
 ) -> Iterator[Harness]:
-    ws = tmp / "ws"
-    ws.mkdir()
+    """``where``: ``host`` (a host folder, the local sandbox) or ``docker``."""
+    if where == "docker":
+        ws = Path("/workspace")
+    else:
+        ws = tmp / "ws"
+        ws.mkdir()
     script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms, notify=notify)
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
+        h.env[WORKSPACE_ENV] = "docker" if where == "docker" else str(ws)
         yield h
 
 
@@ -133,7 +144,7 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
         "--agent",
         "opencode",
         "--workspace",
-        str(h.tmp / "ws"),
+        h.env.get(WORKSPACE_ENV) or str(h.tmp / "ws"),
         "--agent-config",
         str(AGENT_CONFIG),
         *extra,
