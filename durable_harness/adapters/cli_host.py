@@ -1,14 +1,15 @@
 """Where a CLI agent runs: the seam between a CLI adapter and its sandbox.
 
-A CLI adapter (Claude Code today; Codex, OpenCode and Pi next) says *what* to run, a
+A CLI adapter (Claude Code, Pi, OpenCode; Codex next) says *what* to run, a
 :class:`CliLaunch`: the command, its environment, the files of its private HOME and the
 message on its stdin, under a job id derived from the journal (the same on every
 worker). A :class:`CliHost` says *where*, and gives back a :class:`CliRun` whose stdout
 lines the adapter reads:
 
-* :class:`HostCliHost` — a host folder (a developer-only opt-in, see
-  :func:`require_unsafe_host`): the CLI is a child of the worker under :mod:`.reaper`,
-  so it dies with the worker; a new worker starts a new launch.
+* :class:`HostCliHost` — a host folder (for Claude Code and Codex a developer-only
+  opt-in, see :func:`require_unsafe_host`; for Pi and OpenCode their local sandbox): the
+  CLI is a child of the worker under :mod:`.reaper`, so it dies with the worker; a new
+  worker starts a new launch.
 * :class:`~.cli_docker.DockerCliHost` — the session's container: the CLI is a detached
   job that outlives the worker; a new worker finds it by its id (:meth:`CliHost.attach`),
   serves the model proxy again on the same socket, reads its output from the start and
@@ -16,6 +17,7 @@ lines the adapter reads:
 
 The model proxy listens on the worker's loopback; :meth:`CliHost.endpoint` makes it
 reachable from where the CLI runs and returns the URL the CLI is given.
+:func:`supervise` reads a launch's output to its end (or the proxy's fatal error).
 """
 
 from __future__ import annotations
