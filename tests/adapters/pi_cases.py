@@ -70,6 +70,7 @@ reply.text = "{second_reply}"
 name = "final"
 when.conversation = "NOTIFIED-OK"
 reply.text = "{final}"
+reply.chunk_delay_ms = {final_delay_ms}
 
 [[rule]]
 name = "notify"
@@ -104,7 +105,9 @@ reply.chunk_delay_ms = {chunk_delay_ms}
 """
 
 
-def write_script(tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0) -> Path:
+def write_script(
+    tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, final_delay_ms: int = 0
+) -> Path:
     script = tmp / "script.toml"
     script.write_text(
         _SCRIPT.format(
@@ -114,13 +117,19 @@ def write_script(tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int =
             second_prompt=SECOND_PROMPT,
             second_reply=SECOND_REPLY,
             chunk_delay_ms=chunk_delay_ms,
+            final_delay_ms=final_delay_ms,
         )
     )
     return script
 
 
 def pi_harness(
-    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, where: str = "host"
+    tmp: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    final_delay_ms: int = 0,
+    where: str = "host",
 ) -> Iterator[Harness]:
     """``where``: ``host`` (a host folder, the local sandbox) or ``docker``."""
     if where == "docker":
@@ -128,7 +137,9 @@ def pi_harness(
     else:
         ws = tmp / "ws"
         ws.mkdir()
-    script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms)
+    script = write_script(
+        tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms, final_delay_ms=final_delay_ms
+    )
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
         h.env[WORKSPACE_ENV] = "docker" if where == "docker" else str(ws)
