@@ -48,6 +48,7 @@ _FINAL_AFTER_NOTIFY = """
 name = "final"
 when.conversation = "NOTIFIED-OK"
 reply.text = "{final}"
+reply.chunk_delay_ms = {final_delay_ms}
 
 [[rule]]
 name = "notify"
@@ -98,10 +99,18 @@ reply.chunk_delay_ms = {chunk_delay_ms}
 
 
 def write_script(
-    tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, notify: bool = False
+    tmp: Path,
+    ws: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    notify: bool = False,
+    final_delay_ms: int = 0,
 ) -> Path:
     script = tmp / "script.toml"
-    final_rules = (_FINAL_AFTER_NOTIFY if notify else _FINAL).format(final=FINAL)
+    final_rules = (_FINAL_AFTER_NOTIFY if notify else _FINAL).format(
+        final=FINAL, final_delay_ms=final_delay_ms
+    )
     script.write_text(
         _SCRIPT.format(
             final_rules=final_rules,
@@ -123,6 +132,7 @@ def opencode_harness(
     sleep: float = 0,
     chunk_delay_ms: int = 0,
     notify: bool = False,
+    final_delay_ms: int = 0,
     where: str = "host",
 ) -> Iterator[Harness]:
     """``where``: ``host`` (a host folder, the local sandbox) or ``docker``."""
@@ -131,7 +141,14 @@ def opencode_harness(
     else:
         ws = tmp / "ws"
         ws.mkdir()
-    script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms, notify=notify)
+    script = write_script(
+        tmp,
+        ws,
+        sleep=sleep,
+        chunk_delay_ms=chunk_delay_ms,
+        notify=notify,
+        final_delay_ms=final_delay_ms,
+    )
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
         h.env[WORKSPACE_ENV] = "docker" if where == "docker" else str(ws)
