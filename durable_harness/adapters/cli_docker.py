@@ -84,17 +84,20 @@ class DockerCliHost(CliHost):
     def binary(self, name: str) -> str:
         return name  # the image puts the pinned CLIs on PATH
 
-    def version(self, binary: str) -> str:
+    def version(self, binary: str, env: dict[str, str] | None = None) -> str:
         key = (self.sandbox.image, binary)
         if key not in _versions:
-            result = self.sandbox.exec(f"{shlex.quote(binary)} --version", timeout=60)
+            result = self.sandbox.exec(
+                f"{shlex.quote(binary)} --version </dev/null", timeout=60, environment=env
+            )
             if result.exit_code != 0:
                 raise SandboxError(
                     f"{binary} --version failed in the agent image {self.sandbox.image}: "
                     f"{result.stderr.decode(errors='replace')[-300:]}; rebuild it with "
                     "`durable-harness sandbox build`"
                 )
-            _versions[key] = (result.stdout.decode(errors="replace").split() or ["?"])[0]
+            out = result.stdout.decode(errors="replace").split()
+            _versions[key] = (out or result.stderr.decode(errors="replace").split() or ["?"])[0]
         return _versions[key]
 
     def version_text(self, binary: str) -> str:
@@ -106,6 +109,10 @@ class DockerCliHost(CliHost):
                 "`durable-harness sandbox build`"
             )
         return result.stdout.decode(errors="replace")
+
+    def realpath(self, binary: str) -> str:
+        result = self.sandbox.exec('readlink -f "$(command -v "$1")"', binary, timeout=60)
+        return result.stdout.decode(errors="replace").strip() or binary
 
     def endpoint(self, proxy_url: str, job_id: str) -> str:
         cid = self.sandbox.container_id()  # the run folder exists once the container does

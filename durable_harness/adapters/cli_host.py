@@ -1,14 +1,15 @@
 """Where a CLI agent runs: the seam between a CLI adapter and its sandbox.
 
-A CLI adapter (Claude Code today; Codex, OpenCode and Pi next) says *what* to run, a
+A CLI adapter (Claude Code, Pi, OpenCode; Codex next) says *what* to run, a
 :class:`CliLaunch`: the command, its environment, the files of its private HOME and the
 message on its stdin, under a job id derived from the journal (the same on every
 worker). A :class:`CliHost` says *where*, and gives back a :class:`CliRun` whose stdout
 lines the adapter reads:
 
-* :class:`HostCliHost` — a host folder (a developer-only opt-in, see
-  :func:`require_unsafe_host`): the CLI is a child of the worker under :mod:`.reaper`,
-  so it dies with the worker; a new worker starts a new launch.
+* :class:`HostCliHost` — a host folder (for Claude Code and Codex a developer-only
+  opt-in, see :func:`require_unsafe_host`; for Pi and OpenCode their local sandbox): the
+  CLI is a child of the worker under :mod:`.reaper`, so it dies with the worker; a new
+  worker starts a new launch.
 * :class:`~.cli_docker.DockerCliHost` — the session's container: the CLI is a detached
   job that outlives the worker; a new worker finds it by its id (:meth:`CliHost.attach`),
   serves the model proxy again on the same socket, reads its output from the start and
@@ -16,6 +17,7 @@ lines the adapter reads:
 
 The model proxy listens on the worker's loopback; :meth:`CliHost.endpoint` makes it
 reachable from where the CLI runs and returns the URL the CLI is given.
+:func:`supervise` reads a launch's output to its end (or the proxy's fatal error).
 """
 
 from __future__ import annotations
@@ -32,20 +34,30 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from durable_harness.adapters import hook_client, reaper
-from durable_harness.harness.errors import ConfigError
+from durable_harness.harness.errors import ConfigError, LeaseLost
+from durable_harness.harness.journal import BLOB_PREFIX, Journal
+from durable_harness.worlds.base import Step, World
+
+if TYPE_CHECKING:
+    from durable_harness.adapters.proxy import JournalingProxy
 
 __all__ = [
     "UNSAFE_HOST_ENV",
     "CliHost",
     "CliLaunch",
     "CliRun",
+    "Finished",
     "HostCliHost",
     "Line",
     "follow",
+    "launch_steps",
+    "progress",
     "require_unsafe_host",
+    "stored_input",
+    "supervise",
 ]
 
 #: Set to 1 to let Claude Code or Codex act on a host folder with your user's rights:
@@ -119,8 +131,13 @@ class CliHost(abc.ABC):
         """How to invoke the CLI ``name`` here (a path or a name on PATH)."""
 
     @abc.abstractmethod
-    def version(self, binary: str) -> str:
-        """The first word ``binary --version`` prints here."""
+    def version(self, binary: str, env: dict[str, str] | None = None) -> str:
+        """The first word ``binary --version`` prints here (on stdout, else on stderr),
+        run with ``env`` added to the environment."""
+
+    def realpath(self, binary: str) -> str:
+        """Where ``binary`` is installed here, symlinks resolved."""
+        return os.path.realpath(shutil.which(binary) or binary)
 
     def version_text(self, binary: str) -> str:
         """All ``binary --version`` prints here (for a CLI whose version is not its first
@@ -187,16 +204,17 @@ class HostCliHost(CliHost):
     def binary(self, name: str) -> str:
         return self.binaries[name]
 
-    def version(self, binary: str) -> str:
+    def version(self, binary: str, env: dict[str, str] | None = None) -> str:
         out = subprocess.run(
             [binary, "--version"],
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
+            env={**os.environ, "DISABLE_AUTOUPDATER": "1", **(env or {})},
+            stdin=subprocess.DEVNULL,
             check=False,
         )
-        return (out.stdout.split() or ["(nothing)"])[0]
+        return (out.stdout.split() or out.stderr.split() or ["(nothing)"])[0]
 
     def version_text(self, binary: str) -> str:
         out = subprocess.run(
@@ -321,3 +339,61 @@ def _pump(stream: IO[bytes]) -> queue.Queue[Line]:
 
     threading.Thread(target=pump, name="cli-stdout", daemon=True).start()
     return lines
+
+
+@dataclass
+class Finished:
+    """How a supervised launch ended: its exit status (None: stopped for the proxy's
+    fatal error) and the tail of its stderr."""
+
+    status: int | None
+    stderr: str
+
+
+def supervise(cli: CliRun, proxy: JournalingProxy, on_line: Callable[[bytes], None]) -> Finished:
+    """Hand each stdout line of ``cli`` to ``on_line`` until it ends (or the proxy fails
+    the turn: its error is raised). A CLI stopped early is killed, unless the lease was
+    lost: then it belongs to the turn's new owner."""
+    status: int | None = None
+    lines = cli.output()
+    try:
+        while not proxy.fatal_event.is_set():
+            try:
+                line = lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if isinstance(line, BaseException):
+                raise line
+            on_line(line)
+        if not proxy.fatal_event.is_set():
+            status = cli.wait()
+    finally:
+        if status is None and not isinstance(proxy.fatal, LeaseLost):
+            cli.kill()
+    stderr = cli.stderr_tail()
+    if proxy.fatal is not None:
+        raise proxy.fatal
+    return Finished(status, stderr)
+
+
+def launch_steps(journal: Journal) -> list[Step]:
+    """The turn's ``launch:<n>`` steps, oldest first."""
+    steps = sorted(journal.recorded.values(), key=lambda s: s.seq)
+    return [s for s in steps if s.key.startswith("launch:")]
+
+
+def stored_input(world: World, step: Step) -> str:
+    """A step's stored input text (read from its blob when it was stored as one)."""
+    text = step.input or "{}"
+    if text.startswith(BLOB_PREFIX):
+        return world.get_blob(text.removeprefix(BLOB_PREFIX)).decode()
+    return text
+
+
+def progress(text: str) -> None:
+    """One progress line under ``run``/``worker`` (stderr, one line, at most 160 chars)."""
+    text = text.replace("\n", " ")
+    sys.stderr.write(f"  {text[:160]}\n")
+    sys.stderr.flush()

@@ -4,9 +4,11 @@ journaling proxy.
 As for claude-code (:mod:`.claude_code`), one turn is one or more **launches** of the CLI,
 each a journal step ``launch:<n>``. Inside a launch:
 
-* OpenCode's provider is its bundled ``@ai-sdk/anthropic`` pointed at the
+* OpenCode's provider is its bundled ``@ai-sdk/anthropic`` (or, chosen in the agent
+  config, ``@ai-sdk/openai-compatible``: :mod:`.provider_api`) pointed at the
   :class:`~.proxy.JournalingProxy`, with the per-launch token as its API key (never a
-  provider key); model calls are keyed by :class:`~.canonical_opencode.OpenCodeCanonicalizer`;
+  provider key); model calls are keyed by
+  :class:`~.canonical_opencode.OpenCodeCanonicalizer` (or its Chat Completions form);
 * its tool calls are journaled by a plugin (``opencode_plugin.js``) whose
   ``tool.execute.before`` posts Claude-Code-shaped PreToolUse payloads to
   :class:`~.hooks.ToolHooks` and blocks the tool unless the harness allows it (fail
@@ -17,10 +19,14 @@ each a journal step ``launch:<n>``. Inside a launch:
 
 OpenCode runs non-interactively (``opencode run --format json``) in the turn's workspace
 with a fresh private HOME and XDG folders, no auto-update, no models.dev fetch, no
-sharing, no project config (it could switch the plugin off), under :mod:`.reaper`. Which
-launch runs next:
+sharing, no project config (it could switch the plugin off), where a
+:class:`~.cli_host.CliHost` puts it (:mod:`.cli_launches`): the session's Docker
+container (``--workspace docker``, a detached job that outlives the worker) or a host
+folder, the local sandbox (under :mod:`.reaper`). Which launch runs next:
 
 * the last launch finished: its reply, no CLI run;
+* the last launch's CLI still runs in the container after its worker died: follow it
+  again from its first output line and finish that launch;
 * a database of this turn was saved: restore it and continue the session
   (``--session ses_…``) with a message written from the journal
   (:func:`~.claude_session.resume_message_from_facts`);
@@ -47,28 +53,40 @@ from typing import Any
 
 from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.claude_session import (
-    LAUNCH_PREFIX,
     previous_turn_transcript,
     resume_message_from_facts,
 )
-from durable_harness.adapters.cli_run import (
-    host_workspace,
+from durable_harness.adapters.claude_setup import launch_token
+from durable_harness.adapters.cli_host import (
+    CliHost,
+    CliLaunch,
+    CliRun,
+    HostCliHost,
     launch_steps,
     progress,
     stored_input,
     supervise,
 )
+from durable_harness.adapters.cli_launches import (
+    Workspaces,
+    check_where,
+    open_cli_host,
+    run_launches,
+)
 from durable_harness.adapters.hooks import ReplayPolicy, ToolHooks
 from durable_harness.adapters.opencode_home import (
+    DATABASE,
     OPENCODE_ENV,
     OPENCODE_VERSION,
     base_env,
+    home_files,
     prepare_home,
 )
 from durable_harness.adapters.opencode_session import (
     DatabaseStore,
     database_facts,
     latest_turn_save,
+    read_snapshot,
     root_session_id,
     snapshot,
     tool_call_ids,
@@ -84,10 +102,9 @@ from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
     ModelError,
-    ReplayDivergence,
     TurnFailed,
 )
-from durable_harness.harness.journal import Journal, Outcome, StepResult, decode_output
+from durable_harness.harness.journal import Journal, decode_output
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Replay, Tool, load_tools
@@ -129,24 +146,20 @@ def find_opencode() -> str:
     return found
 
 
-def check_version(binary: str) -> None:
-    """ConfigError unless ``binary --version`` is exactly :data:`OPENCODE_VERSION`."""
-    version = _versions_seen.get(binary)
+def check_version(binary: str, host: CliHost | None = None) -> None:
+    """ConfigError unless ``binary --version`` (run where the CLI runs) is exactly
+    :data:`OPENCODE_VERSION`."""
+    version = _versions_seen.get(binary) if host is None or not host.durable else None
     if version is None:
         with tempfile.TemporaryDirectory(prefix="durable-harness-opencode-") as home:
             try:
-                out = subprocess.run(
-                    [binary, "--version"],
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                    env={**base_env(Path(home)), **OPENCODE_ENV},
-                    stdin=subprocess.DEVNULL,
-                    check=False,
-                )
+                if host is None or not host.durable:
+                    env = {**base_env(Path(home)), **OPENCODE_ENV}
+                    version = HostCliHost(Path.cwd(), {}).version(binary, env)
+                else:
+                    version = host.version(binary, dict(OPENCODE_ENV))
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise ConfigError(f"cannot run {binary} --version: {exc}") from None
-        version = (out.stdout.split() or ["(nothing)"])[0]
         _versions_seen[binary] = version
     if version != OPENCODE_VERSION:
         raise ConfigError(
@@ -187,44 +200,21 @@ class OpenCodeAdapter(Adapter):
     name = "opencode"
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
-        host_workspace(config, self.name)
+        docker = check_where(config, self.name)
         for spec in config.get("tools", []):
             load_tools(spec)
         _config(config)
         resolve_endpoint(config.get("base_url"))
-        check_version(find_opencode())
+        if not docker:
+            check_version(find_opencode())
 
     def run_turn(self, run: TurnRun) -> str:
-        if run.journal.replay_only:
-            return _replay(run)
-        journal = run.journal
-        launches = launch_steps(journal)
-        if launches and launches[-1].status is StepStatus.DONE:
+        launches = launch_steps(run.journal)
+        if launches and launches[-1].status is StepStatus.DONE and not run.journal.replay_only:
             return str(decode_output(run.world, launches[-1])["reply"])
-        launch = _Launch(run)
-        plan = launch.plan()
-        begun = journal.begin_keyed(
-            kind="agent",
-            name=self.name,
-            key=f"{LAUNCH_PREFIX}{len(launches)}",
-            input=plan,
-            replay="safe",
-            store_input=True,
-        )
-        if isinstance(begun, StepResult):  # cannot happen: the key is new
-            return str(begun.value["reply"])
-        result = launch.run(plan)
-        journal.end(begun, Outcome(result, {"source": "cli"}))
-        return str(result["reply"])
-
-
-def _replay(run: TurnRun) -> str:
-    """Run the turn's last finished launch again, the proxy answering from the journal."""
-    done = [s for s in launch_steps(run.journal) if s.status is StepStatus.DONE]
-    if not done:
-        raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
-    plan = json.loads(stored_input(run.world, done[-1]))
-    return str(_Launch(run).run(plan)["reply"])
+        binaries = lambda: {"opencode": find_opencode()}  # noqa: E731
+        with open_cli_host(run.config, run.turn.session_id, self.name, binaries) as host:
+            return run_launches(run, self.name, host, _Launch(run, host))
 
 
 @dataclass
@@ -240,20 +230,21 @@ class _Events:
 class _Launch:
     """One run of the CLI for a turn (see the module docstring)."""
 
-    def __init__(self, run: TurnRun) -> None:
+    def __init__(self, run: TurnRun, host: CliHost) -> None:
         self.run_ = run
+        self.host = host
         self.world = run.world
         self.journal: Journal = run.journal
         self.turn = run.turn
-        self.workspace = host_workspace(run.config, "opencode")
         self.config = _config(run.config)
         specs = run.config.get("tools", [])
         self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
         self.store = DatabaseStore(self.world)
         self._save_lock = threading.Lock()
+        self.workspaces = Workspaces(run, self._save_lock)
 
     # -- what to run -----------------------------------------------------------------
-    def plan(self) -> dict[str, Any]:
+    def plan(self, number: int) -> dict[str, Any]:
         """How the next launch starts: mode, message and the database to restore."""
         turn, epoch = self.turn, self.journal.lease.epoch
         saved = latest_turn_save(self.world, turn.session_id, turn.turn_id, epoch)
@@ -283,93 +274,100 @@ class _Launch:
                 )
 
     # -- running it ----------------------------------------------------------------------
-    def run(self, plan: dict[str, Any]) -> dict[str, Any]:
-        binary = find_opencode()
-        check_version(binary)
+    def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:
+        """Run the launch ``job`` (or follow ``cli``, the same launch started by an earlier
+        worker) to its end; its reply and final database."""
+        host = self.host
+        binary = host.binary("opencode")
+        check_version(binary, host)
         url, key = resolve_endpoint(self.run_.config.get("base_url"))
-        token = secrets.token_urlsafe(32)
-        with tempfile.TemporaryDirectory(prefix="durable-harness-opencode-") as tmp:
-            home = Path(tmp)
-            database = home / ".local" / "share" / "opencode" / "opencode.db"
-            database.parent.mkdir(parents=True)
-            session: str | None = None
-            if plan.get("transcript"):
-                restored = self.store.load(str(plan["transcript"]))
-                database.write_bytes(restored)
-                session = root_session_id(restored)
-                if session is None:
-                    raise DurableHarnessError(
-                        "the saved OpenCode database holds no session to continue"
-                    )
-            hooks = ToolHooks(
-                self.journal,
-                OpenCodeReplayPolicy(self.config),
-                host_tool_prefix=HOST_TOOL_PREFIX,
-                before_intent=None if self.journal.replay_only else self._saver(database),
-            )
-            call_ids = CallIds()
-            mcp = OpenCodeHostTools(
-                self.journal, self.tools, self.turn.session_id, call_ids=call_ids
-            )
-            callbacks = ProxyCallbacks(
-                on_request=self._on_request(hooks),
-                control=call_ids.control(hooks.handle),
-                mcp=mcp.handle,
-            )
-            proxy = JournalingProxy(
-                self.journal,
-                opencode_canonicalizer(self.config.provider.api, str(home)),
-                Upstream(url, key, send_key=is_loopback(url)),
-                token,
-                callbacks,
-            )
-            events = _Events()
-            with proxy:
-                env = self._prepare(home, proxy.url, token)
-                command = [binary, "run", "--format", "json"]
-                if session is not None:
-                    command += ["--session", session]
-                command += ["--", str(plan["message"])]
-                exit_ = supervise(
-                    command,
-                    env=env,
-                    cwd=self.workspace,
-                    stdin=None,
-                    proxy=proxy,
-                    on_line=lambda line: self._event(line, events),
-                    name="opencode",
+        token = launch_token(self.turn.config, job) if host.durable else secrets.token_urlsafe(32)
+        home = host.home(job)
+        database = f"{home}/{DATABASE}"
+        restored = self.store.load(str(plan["transcript"])) if plan.get("transcript") else None
+        session: str | None = None
+        if restored is not None:
+            session = root_session_id(restored)
+            if session is None:
+                raise DurableHarnessError(
+                    "the saved OpenCode database holds no session to continue"
                 )
-            reply = self._reply(events, exit_.status, exit_.stderr, proxy)
-            final = snapshot(database)
+        sandbox = getattr(host, "sandbox", None)
+        if cli is None and sandbox is not None and not self.journal.replay_only:
+            self.workspaces.restore(sandbox)  # a new container gets the workspace back
+        hooks = ToolHooks(
+            self.journal,
+            OpenCodeReplayPolicy(self.config),
+            host_tool_prefix=HOST_TOOL_PREFIX,
+            before_intent=None if self.journal.replay_only else self._saver(database),
+            outcome_meta=None if sandbox is None else self.workspaces.saver(sandbox),
+            adopt=cli is not None,
+        )
+        if cli is not None:
+            hooks.session_started.set()  # it started under the earlier worker
+        call_ids = CallIds()
+        mcp = OpenCodeHostTools(self.journal, self.tools, self.turn.session_id, call_ids=call_ids)
+        callbacks = ProxyCallbacks(
+            on_request=self._on_request(hooks),
+            control=call_ids.control(hooks.handle),
+            mcp=mcp.handle,
+        )
+        proxy = JournalingProxy(
+            self.journal,
+            opencode_canonicalizer(self.config.provider.api, home),
+            Upstream(url, key, send_key=is_loopback(url)),
+            token,
+            callbacks,
+        )
+        events = _Events()
+        with proxy:
+            endpoint = host.endpoint(proxy.url, job)
+            if cli is None:
+                model = str(self.run_.config.get("model") or self.run_.settings.model)
+                files, env = home_files(
+                    home,
+                    model_url=endpoint,
+                    harness_url=endpoint,
+                    token=token,
+                    model=model,
+                    mcp=bool(self.tools),
+                    retry=host.durable,
+                    api=self.config.provider.api,
+                )
+                if restored is not None:
+                    files[DATABASE] = restored
+                argv = [binary, "run", "--format", "json"]
+                if session is not None:
+                    argv += ["--session", session]
+                argv += ["--", str(plan["message"])]
+                cli = host.start(CliLaunch(job, argv, env, b"", files))
+            finished = supervise(cli, proxy, lambda line: self._event(line, events))
+        reply = self._reply(events, finished.status, finished.stderr, proxy)
+        final = self._database(database)
         result: dict[str, Any] = {"reply": reply, "session": session or events.session}
         if not self.journal.replay_only:
             saved = self.store.save(final)
             epoch = self.journal.lease.epoch
             self.store.point(self.turn.session_id, self.turn.turn_id, epoch, saved)
             result["transcript"] = saved.digest
+        host.finish(job)
         return result
 
-    def _prepare(self, home: Path, url: str, token: str) -> dict[str, str]:
-        model = str(self.run_.config.get("model") or self.run_.settings.model)
-        return prepare_home(
-            home,
-            model_url=url,
-            harness_url=url,
-            token=token,
-            model=model,
-            mcp=bool(self.tools),
-            api=self.config.provider.api,
-        )
+    def _database(self, path: str) -> bytes:
+        """A consistent copy of OpenCode's database where it runs (empty if none yet)."""
+        if isinstance(self.host, HostCliHost):
+            return snapshot(Path(path))  # SQLite's backup API, while OpenCode writes
+        return read_snapshot(self.host.read_file, path)
 
-    def _saver(self, database: Path) -> Any:
+    def _saver(self, database: str) -> Any:
         def before_intent(reported: str | None, tool_use_id: str) -> None:
             # OpenCode writes the tool's part a little before the plugin runs: wait
             # (briefly) until the database holds this call, so a resume knows it exists.
             deadline = time.monotonic() + _FLUSH_WAIT
-            data = snapshot(database)
+            data = self._database(database)
             while tool_use_id not in tool_call_ids(data) and time.monotonic() < deadline:
                 time.sleep(0.05)
-                data = snapshot(database)
+                data = self._database(database)
             with self._save_lock:
                 saved = self.store.save(data)
                 lease = self.journal.lease

@@ -1,7 +1,8 @@
 """The private HOME of one OpenCode launch: its config folder and environment.
 
-Kept apart from :mod:`.opencode` (which decides what runs) so that another launcher (a
-Docker sandbox) can write the same files elsewhere. Nothing here reaches the network:
+Kept apart from :mod:`.opencode` (which decides what runs): :func:`home_files` gives the
+files and environment to a :class:`~.cli_host.CliLaunch`, whichever host writes them
+(a host folder or the session's container). Nothing here reaches the network:
 OpenCode's ``@ai-sdk/anthropic`` provider is bundled in its binary, and the config folder
 declares ``@opencode-ai/plugin`` already installed (see :func:`prepare_home`).
 """
@@ -17,12 +18,24 @@ from pathlib import Path
 from durable_harness.adapters.mcp import SERVER_NAME
 from durable_harness.adapters.provider_api import opencode_npm
 
-__all__ = ["OPENCODE_ENV", "OPENCODE_VERSION", "PROVIDER", "base_env", "prepare_home"]
+__all__ = [
+    "DATABASE",
+    "OPENCODE_ENV",
+    "OPENCODE_VERSION",
+    "PROVIDER",
+    "base_env",
+    "home_files",
+    "prepare_home",
+    "xdg_env",
+]
 
 #: The one OpenCode version this adapter's rules were measured on (scripts/setup).
 OPENCODE_VERSION = "1.18.33"
 PROVIDER = "durable-harness"
 PLUGIN_FILE = "opencode_plugin.js"
+ENDPOINT_FILE = "durable-harness-endpoint.json"
+#: OpenCode's session database, relative to HOME (XDG_DATA_HOME is HOME/.local/share).
+DATABASE = ".local/share/opencode/opencode.db"
 _PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 #: OpenCode switches: no update check, no models.dev fetch, no sharing, no LSP downloads,
 #: no Claude Code files (~/.claude), no default plugins, no project config (a project's
@@ -48,13 +61,43 @@ def prepare_home(
     mcp: bool = False,
     api: str = "anthropic",
 ) -> dict[str, str]:
-    """Write a launch's private config folder below ``home`` (the provider pointed at
-    ``model_url`` with ``token`` as its key, the journaling plugin, the endpoint file
-    naming ``harness_url``, and with ``mcp`` the harness's host tools as a remote MCP
-    server, ``api`` choosing the provider: :func:`~.provider_api.opencode_npm`) and return
-    OpenCode's environment."""
-    config_dir = home / ".config" / "opencode"
-    (config_dir / "plugin").mkdir(parents=True)
+    """Write a launch's private config folder below ``home`` (see :func:`home_files`)
+    and return OpenCode's environment on this host."""
+    files, env = home_files(
+        str(home),
+        model_url=model_url,
+        harness_url=harness_url,
+        token=token,
+        model=model,
+        mcp=mcp,
+        api=api,
+    )
+    for rel, data in files.items():
+        target = home / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(0o600)
+    return {**base_env(home), **env}
+
+
+def home_files(
+    home: str,
+    *,
+    model_url: str,
+    harness_url: str,
+    token: str,
+    model: str,
+    mcp: bool = False,
+    retry: bool = False,
+    api: str = "anthropic",
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The files of a launch's private HOME ``home`` (HOME-relative paths: the provider
+    pointed at ``model_url`` with ``token`` as its key, the journaling plugin, the endpoint
+    file naming ``harness_url``, and with ``mcp`` the harness's host tools as a remote MCP
+    server, ``api`` choosing the provider: :func:`~.provider_api.opencode_npm`) and the
+    environment OpenCode needs besides the host's. ``retry``: the plugin
+    waits for a new worker when the harness cannot be reached (the CLI outlives its
+    worker in Docker)."""
     config = {
         "$schema": "https://opencode.ai/config.json",
         "provider": {
@@ -88,24 +131,43 @@ def prepare_home(
                 "enabled": True,
             }
         }
-    (config_dir / "opencode.json").write_text(json.dumps(config, indent=1))
+    config_dir = ".config/opencode"
     plugin = resources.files("durable_harness.adapters").joinpath(PLUGIN_FILE)
-    (config_dir / "plugin" / "durable-harness.js").write_bytes(plugin.read_bytes())
     # OpenCode installs @opencode-ai/plugin into a config folder at start unless a
     # lock file already lists it; offline that install waits ~70 s and fails. The
-    # plugin imports nothing from it, so a lock that lists it is all that is needed.
-    (config_dir / "node_modules").mkdir()
+    # plugin imports nothing from it, so a lock that lists it is all that is needed
+    # (with an empty node_modules, made by the placeholder file).
     dependency = {"@opencode-ai/plugin": OPENCODE_VERSION}
-    (config_dir / "package.json").write_text(json.dumps({"dependencies": dependency}))
-    lock = {"packages": {"": {"dependencies": dependency}}}
-    (config_dir / "package-lock.json").write_text(json.dumps(lock))
-    endpoint = home / "durable-harness-endpoint.json"
-    endpoint.write_text(json.dumps({"url": harness_url, "token": token}))
-    endpoint.chmod(0o600)
-    return {
-        **base_env(home),
+    endpoint: dict[str, object] = {"url": harness_url, "token": token}
+    if retry:
+        endpoint["retry"] = True
+    files = {
+        f"{config_dir}/opencode.json": json.dumps(config, indent=1).encode(),
+        f"{config_dir}/plugin/durable-harness.js": plugin.read_bytes(),
+        f"{config_dir}/node_modules/.keep": b"",
+        f"{config_dir}/package.json": json.dumps({"dependencies": dependency}).encode(),
+        f"{config_dir}/package-lock.json": json.dumps(
+            {"packages": {"": {"dependencies": dependency}}}
+        ).encode(),
+        ENDPOINT_FILE: json.dumps(endpoint).encode(),
+    }
+    env = {
+        **xdg_env(home),
         **OPENCODE_ENV,
-        "DURABLE_HARNESS_ENDPOINT": str(endpoint),
+        "TERM": "dumb",
+        "DURABLE_HARNESS_ENDPOINT": f"{home}/{ENDPOINT_FILE}",
+    }
+    return files, env
+
+
+def xdg_env(home: str) -> dict[str, str]:
+    """HOME and the XDG folders, all under ``home``."""
+    return {
+        "HOME": home,
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_STATE_HOME": f"{home}/.local/state",
     }
 
 
@@ -113,15 +175,5 @@ def base_env(home: Path) -> dict[str, str]:
     """A minimal environment with a private HOME and XDG folders under it."""
     env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(
-        {
-            "HOME": str(home),
-            "XDG_CONFIG_HOME": str(home / ".config"),
-            "XDG_DATA_HOME": str(home / ".local" / "share"),
-            "XDG_CACHE_HOME": str(home / ".cache"),
-            "XDG_STATE_HOME": str(home / ".local" / "state"),
-            "SHELL": shutil.which("bash") or "/bin/sh",
-            "TERM": "dumb",
-        }
-    )
+    env.update({**xdg_env(str(home)), "SHELL": shutil.which("bash") or "/bin/sh", "TERM": "dumb"})
     return env

@@ -10,6 +10,9 @@
 // message as the tool's error), so a harness that denies, fails or cannot be reached
 // blocks it: a tool never runs without its intent recorded first (fail closed).
 // tool.execute.after posts the result to <url>/_dh/PostToolUse.
+// In the Docker sandbox the endpoint file also says "retry": true: the CLI outlives its
+// worker, so a post whose connection failed (the worker died) is sent again until a new
+// worker answers (every hook is idempotent on the journal), for up to ten minutes.
 // The plugin announces itself with SessionStart when OpenCode loads it: the harness
 // refuses to answer a model call before that, as proof the journaling is live.
 import { readFileSync } from "node:fs";
@@ -21,18 +24,26 @@ function endpoint() {
 }
 
 async function post(event, payload) {
-  const { url, token } = endpoint();
+  const { url, token, retry } = endpoint();
+  const deadline = Date.now() + 600000;
   let response;
-  try {
-    response = await fetch(`${url}/_dh/${event}`, {
-      method: "POST",
-      headers: { "content-type": "application/json", "X-Durable-Harness-Token": token },
-      body: JSON.stringify(payload),
-    });
-  } catch (error) {
-    throw new Error(`durable-harness cannot be reached (${error}); the tool was blocked`);
+  let text;
+  for (;;) {
+    try {
+      response = await fetch(`${url}/_dh/${event}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "X-Durable-Harness-Token": token },
+        body: JSON.stringify(payload),
+      });
+      text = await response.text();
+      break;
+    } catch (error) {
+      if (!retry || Date.now() > deadline) {
+        throw new Error(`durable-harness cannot be reached (${error}); the tool was blocked`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    }
   }
-  const text = await response.text();
   if (!response.ok) {
     throw new Error(`durable-harness refused the call (HTTP ${response.status}: ${text})`);
   }

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ __all__ = [
     "Saved",
     "database_facts",
     "latest_turn_save",
+    "read_snapshot",
     "root_session_id",
     "snapshot",
     "tool_call_ids",
@@ -67,6 +70,41 @@ def snapshot(path: Path) -> bytes:
             source.close()
     except sqlite3.Error as exc:
         raise DurableHarnessError(f"cannot read OpenCode's session database {path}: {exc}") from exc
+
+
+def read_snapshot(read: Callable[[str], bytes | None], path: str) -> bytes:
+    """A consistent copy of the database at ``path`` where only whole files can be read
+    (``read``: :meth:`~.cli_host.CliHost.read_file`, e.g. in a container): the main file
+    and its WAL, taken again if a checkpoint rewrote the main file between the two reads
+    (a WAL frame cut off at the end is ignored by SQLite's checksums)."""
+    main: bytes | None = None
+    wal: bytes | None = None
+    for _ in range(5):
+        main = read(path)
+        if main is None:
+            return b""
+        wal = read(f"{path}-wal")
+        if read(path) == main:
+            break
+    assert main is not None
+    with tempfile.TemporaryDirectory(prefix="durable-harness-opencode-db-") as tmp:
+        copy = Path(tmp) / "opencode.db"
+        copy.write_bytes(main)
+        if wal:
+            Path(f"{copy}-wal").write_bytes(wal)
+        try:
+            source = sqlite3.connect(copy, timeout=10)  # read-write: it may read the WAL
+            try:
+                target = sqlite3.connect(":memory:")
+                try:
+                    source.backup(target)
+                    return target.serialize()
+                finally:
+                    target.close()
+            finally:
+                source.close()
+        except sqlite3.Error as exc:
+            raise DurableHarnessError(f"cannot read OpenCode's session database: {exc}") from exc
 
 
 class DatabaseStore:

@@ -18,8 +18,11 @@ for Claude Code. The rest mirrors :mod:`.claude_code`:
 The CLI runs with a private HOME per launch holding ``~/.pi/agent/models.json`` (the
 proxy's URL and a per-launch token as the API key, never a provider key) and
 ``settings.json``; extension, skill, prompt-template and theme discovery are off, so
-nothing in the workspace can switch the journaling extension off. How the process is
-started and supervised is :mod:`.cli_process` (the seam a Docker launcher replaces).
+nothing in the workspace can switch the journaling extension off. Where it runs is a
+:class:`~.cli_host.CliHost` (:mod:`.cli_launches`): the session's Docker container
+(``--workspace docker``: a detached job that outlives the worker; a new worker
+re-attaches to it), or a host folder, the local sandbox (the CLI dies with the worker
+and a new launch resumes the saved session file).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -38,18 +40,27 @@ from typing import Any
 
 from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.claude_session import (
-    LAUNCH_PREFIX,
     TranscriptStore,
     latest_turn_transcript,
     previous_turn_transcript,
     resume_message,
 )
-from durable_harness.adapters.cli_process import (
-    host_workspace,
+from durable_harness.adapters.claude_setup import launch_token
+from durable_harness.adapters.cli_host import (
+    CliHost,
+    CliLaunch,
+    CliRun,
+    HostCliHost,
     launch_steps,
     progress,
-    run_supervised,
     stored_input,
+    supervise,
+)
+from durable_harness.adapters.cli_launches import (
+    Workspaces,
+    check_where,
+    open_cli_host,
+    run_launches,
 )
 from durable_harness.adapters.hooks import ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import HostToolServer
@@ -65,10 +76,9 @@ from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
     ModelError,
-    ReplayDivergence,
     TurnFailed,
 )
-from durable_harness.harness.journal import Outcome, StepResult, decode_output
+from durable_harness.harness.journal import decode_output
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Replay, Tool, load_tools
@@ -91,7 +101,10 @@ BUILTIN_TOOLS = SAFE_TOOLS | {"bash", "edit", "write"}
 _REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 _FLUSH_WAIT = 3.0  # seconds the session file may take to show a tool call before a save
 _HOOKS_WAIT = 10.0  # seconds the first model call waits for proof the extension is live
-_PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+_AGENT_DIR = ".pi/agent"
+_SESSION = f"{_AGENT_DIR}/sessions/durable-harness.jsonl"
+_ENDPOINT_FILE = "durable-harness-endpoint.json"
+_EXTENSION_FILE = "durable-harness-pi.js"
 _versions_seen: dict[str, str] = {}
 
 
@@ -116,23 +129,17 @@ def find_pi() -> str:
     return found
 
 
-def check_version(binary: str) -> None:
-    """ConfigError unless ``binary --version`` is exactly :data:`PI_VERSION`."""
-    version = _versions_seen.get(binary)
+def check_version(binary: str, host: CliHost | None = None) -> None:
+    """ConfigError unless ``binary --version`` (run where the CLI runs) is exactly
+    :data:`PI_VERSION`."""
+    version = _versions_seen.get(binary) if host is None or not host.durable else None
     if version is None:
         try:
-            out = subprocess.run(
-                [binary, "--version"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env={**os.environ, "PI_OFFLINE": "1"},
-                check=False,
-            )
+            # Pi prints its version on stderr.
+            where = host or HostCliHost(Path.cwd(), {})
+            version = where.version(binary, {"PI_OFFLINE": "1"})
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ConfigError(f"cannot run {binary} --version: {exc}") from None
-        # Pi prints its version on stderr.
-        version = ((out.stdout + out.stderr).split() or ["(nothing)"])[0]
         _versions_seen[binary] = version
     if version != PI_VERSION:
         raise ConfigError(
@@ -142,9 +149,10 @@ def check_version(binary: str) -> None:
         )
 
 
-def package_dir(binary: str) -> str:
+def package_dir(binary: str, host: CliHost | None = None) -> str:
     """The folder Pi is installed in (``…/pi-coding-agent``), named in its system prompt."""
-    return str(Path(binary).resolve().parents[1])
+    resolved = host.realpath(binary) if host is not None else str(Path(binary).resolve())
+    return str(Path(resolved).parents[1])
 
 
 class PiReplayPolicy(ReplayPolicy):
@@ -169,7 +177,7 @@ class PiAdapter(Adapter):
     name = "pi"
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
-        host_workspace(config, self.name)
+        docker = check_where(config, self.name)
         for spec in config.get("tools", []):
             for tool in load_tools(spec):
                 if tool.name in BUILTIN_TOOLS:
@@ -178,39 +186,16 @@ class PiAdapter(Adapter):
                     )
         PiConfig.parse(config.get("agent_config"), "in the turn")
         resolve_endpoint(config.get("base_url"))
-        check_version(find_pi())
+        if not docker:
+            check_version(find_pi())
 
     def run_turn(self, run: TurnRun) -> str:
-        journal = run.journal
-        if journal.replay_only:
-            return _replay(run)
-        launches = launch_steps(journal)
-        if launches and launches[-1].status is StepStatus.DONE:
+        launches = launch_steps(run.journal)
+        if launches and launches[-1].status is StepStatus.DONE and not run.journal.replay_only:
             return str(decode_output(run.world, launches[-1])["reply"])
-        launch = _Launch(run)
-        plan = launch.plan(len(launches))
-        begun = journal.begin_keyed(
-            kind="agent",
-            name=self.name,
-            key=f"{LAUNCH_PREFIX}{len(launches)}",
-            input=plan,
-            replay="safe",
-            store_input=True,
-        )
-        if isinstance(begun, StepResult):  # cannot happen: the key is new
-            return str(begun.value["reply"])
-        result = launch.run(plan)
-        journal.end(begun, Outcome(result, {"source": "cli"}))
-        return str(result["reply"])
-
-
-def _replay(run: TurnRun) -> str:
-    """Run the turn's last finished launch again, the proxy answering from the journal."""
-    done = [s for s in launch_steps(run.journal) if s.status is StepStatus.DONE]
-    if not done:
-        raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
-    plan = json.loads(stored_input(run.world, done[-1]))
-    return str(_Launch(run).run(plan)["reply"])
+        binaries = lambda: {"pi": find_pi()}  # noqa: E731
+        with open_cli_host(run.config, run.turn.session_id, self.name, binaries) as host:
+            return run_launches(run, self.name, host, _Launch(run, host))
 
 
 @dataclass
@@ -224,17 +209,18 @@ class _Events:
 class _Launch:
     """One run of the CLI for a turn (see the module docstring)."""
 
-    def __init__(self, run: TurnRun) -> None:
+    def __init__(self, run: TurnRun, host: CliHost) -> None:
         self.run_ = run
+        self.host = host
         self.world = run.world
         self.journal = run.journal
         self.turn = run.turn
-        self.workspace = host_workspace(run.config, "pi")
         self.config = PiConfig.parse(run.config.get("agent_config"), "in the turn")
         specs = run.config.get("tools", [])
         self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
         self.store = TranscriptStore(self.world, record_prefix=RECORD_PREFIX)
         self._save_lock = threading.Lock()
+        self.workspaces = Workspaces(run, self._save_lock)
 
     # -- what to run -----------------------------------------------------------------
     def plan(self, number: int) -> dict[str, Any]:
@@ -270,113 +256,113 @@ class _Launch:
                 )
 
     # -- running it ----------------------------------------------------------------------
-    def run(self, plan: dict[str, Any]) -> dict[str, Any]:
-        binary = find_pi()
-        check_version(binary)
+    def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:
+        """Run the launch ``job`` (or follow ``cli``, the same launch started by an earlier
+        worker) to its end; its reply and final session file."""
+        host = self.host
+        binary = host.binary("pi")
+        check_version(binary, host)
         url, key = resolve_endpoint(self.run_.config.get("base_url"))
-        token = secrets.token_urlsafe(32)
-        model = str(self.run_.config.get("model") or self.run_.settings.model)
+        token = launch_token(self.turn.config, job) if host.durable else secrets.token_urlsafe(32)
+        home = host.home(job)
+        session = f"{home}/{_SESSION}"
+        sandbox = getattr(host, "sandbox", None)
+        if cli is None and sandbox is not None and not self.journal.replay_only:
+            self.workspaces.restore(sandbox)  # a new container gets the workspace back
+        hooks = ToolHooks(
+            self.journal,
+            PiReplayPolicy(self.config),
+            host_tool_prefix="\0",  # host tools never reach the hooks (the extension)
+            before_intent=None if self.journal.replay_only else self._saver(session),
+            outcome_meta=None if sandbox is None else self.workspaces.saver(sandbox),
+            adopt=cli is not None,
+        )
+        if cli is not None:
+            hooks.session_started.set()  # it started under the earlier worker
+        mcp = HostToolServer(self.journal, self.tools, self.turn.session_id)
+        callbacks = ProxyCallbacks(
+            on_request=self._on_request(hooks), control=self._control(hooks), mcp=mcp.handle
+        )
+        proxy = JournalingProxy(
+            self.journal,
+            pi_canonicalizer(self.config.provider.api, package_dir(binary, host)),
+            Upstream(url, key, send_key=is_loopback(url)),
+            token,
+            callbacks,
+        )
         events = _Events()
-        with tempfile.TemporaryDirectory(prefix="durable-harness-pi-") as tmp:
-            home = Path(tmp)
-            agent_dir = home / ".pi" / "agent"
-            agent_dir.mkdir(parents=True)
-            session = agent_dir / "sessions" / "durable-harness.jsonl"
-            session.parent.mkdir()
-            if plan.get("transcript"):
-                session.write_bytes(self.store.load(str(plan["transcript"])))
-            hooks = ToolHooks(
-                self.journal,
-                PiReplayPolicy(self.config),
-                host_tool_prefix="\0",  # host tools never reach the hooks (the extension)
-                before_intent=None if self.journal.replay_only else self._saver(session),
-            )
-            mcp = HostToolServer(self.journal, self.tools, self.turn.session_id)
-            callbacks = ProxyCallbacks(
-                on_request=self._on_request(hooks), control=self._control(hooks), mcp=mcp.handle
-            )
-            proxy = JournalingProxy(
-                self.journal,
-                pi_canonicalizer(self.config.provider.api, package_dir(binary)),
-                Upstream(url, key, send_key=is_loopback(url)),
-                token,
-                callbacks,
-            )
-            with proxy:
-                endpoint = self._configure(agent_dir, proxy.url, token, model)
-                command = [
-                    binary,
-                    "-p",
-                    "--mode", "json",
-                    "--model", f"{PROVIDER}/{model}",
-                    "--session", str(session),
-                    # Nothing found in the workspace or HOME may load: an extension there
-                    # could switch the journaling extension's hooks off.
-                    "--no-extensions", "-e", str(EXTENSION),
-                    "--no-skills", "--no-prompt-templates", "--no-themes",
-                ]  # fmt: skip
-                finished = run_supervised(
-                    command,
-                    cwd=self.workspace,
-                    env=self._env(home, endpoint),
-                    proxy=proxy,
-                    on_line=lambda line: self._event(line, events),
-                    # On stdin, not argv: a prompt can look like a flag or an @file.
-                    stdin=str(plan["message"]).encode(),
-                )
-            reply = self._reply(events, finished.status, finished.stderr, proxy)
-            final = session.read_bytes() if session.exists() else b""
+        with proxy:
+            endpoint = host.endpoint(proxy.url, job)
+            if cli is None:
+                cli = host.start(self._launch(job, binary, home, endpoint, token, plan))
+            finished = supervise(cli, proxy, lambda line: self._event(line, events))
+        reply = self._reply(events, finished.status, finished.stderr, proxy)
+        final = host.read_file(session) or b""
         result: dict[str, Any] = {"reply": reply}
         if not self.journal.replay_only:
             saved = self.store.save(final)
             epoch = self.journal.lease.epoch
             self.store.point(self.turn.session_id, self.turn.turn_id, epoch, saved)
             result["transcript"] = saved.digest
+        host.finish(job)
         return result
 
-    def _configure(self, agent_dir: Path, url: str, token: str, model: str) -> Path:
-        """Write Pi's models.json and settings.json, and the extension's endpoint file."""
+    def _launch(
+        self, job: str, binary: str, home: str, url: str, token: str, plan: dict[str, Any]
+    ) -> CliLaunch:
+        """Pi's models.json and settings.json, the extension and its endpoint file, the
+        session file to continue, and the command."""
+        model = str(self.run_.config.get("model") or self.run_.settings.model)
         provider = {
             **pi_provider(self.config.provider.api, url),  # the proxy, in the chosen API
             "apiKey": token,  # the proxy's per-launch token, never a provider key
             "models": [{"id": model}],
         }
-        (agent_dir / "models.json").write_text(json.dumps({"providers": {PROVIDER: provider}}))
         retries = int(os.environ.get(RETRIES_ENV, DEFAULT_CLI_RETRIES))
         settings = {"retry": {"enabled": retries > 0, "maxRetries": retries}}
-        (agent_dir / "settings.json").write_text(json.dumps(settings))
         host_tools = [
             {"name": t.name, "description": t.description, "inputSchema": t.json_schema()}
             for t in self.tools
         ]
-        endpoint = agent_dir / "durable-harness-endpoint.json"
-        endpoint.write_text(json.dumps({"url": url, "token": token, "hostTools": host_tools}))
-        for path in (agent_dir / "models.json", endpoint):
-            path.chmod(0o600)
-        return endpoint
+        endpoint: dict[str, Any] = {"url": url, "token": token, "hostTools": host_tools}
+        if self.host.durable:
+            endpoint["retry"] = True  # the CLI outlives a dead worker: wait for the next
+        files = {
+            f"{_AGENT_DIR}/models.json": json.dumps({"providers": {PROVIDER: provider}}).encode(),
+            f"{_AGENT_DIR}/settings.json": json.dumps(settings).encode(),
+            f"{_AGENT_DIR}/{_ENDPOINT_FILE}": json.dumps(endpoint).encode(),
+            _EXTENSION_FILE: EXTENSION.read_bytes(),
+        }
+        if plan.get("transcript"):
+            files[_SESSION] = self.store.load(str(plan["transcript"]))
+        argv = [
+            binary,
+            "-p",
+            "--mode", "json",
+            "--model", f"{PROVIDER}/{model}",
+            "--session", f"{home}/{_SESSION}",
+            # Nothing found in the workspace or HOME may load: an extension there
+            # could switch the journaling extension's hooks off.
+            "--no-extensions", "-e", f"{home}/{_EXTENSION_FILE}",
+            "--no-skills", "--no-prompt-templates", "--no-themes",
+        ]  # fmt: skip
+        env = {
+            "HOME": home,
+            "TERM": "dumb",
+            "PI_OFFLINE": "1",  # no update checks or other startup traffic
+            ENDPOINT_ENV: f"{home}/{_AGENT_DIR}/{_ENDPOINT_FILE}",
+        }
+        # The message on stdin, not argv: a prompt can look like a flag or an @file.
+        return CliLaunch(job, argv, env, str(plan["message"]).encode(), files)
 
-    def _env(self, home: Path, endpoint: Path) -> dict[str, str]:
-        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env.update(
-            {
-                "HOME": str(home),
-                "SHELL": shutil.which("bash") or "/bin/sh",
-                "TERM": "dumb",
-                "PI_OFFLINE": "1",  # no update checks or other startup traffic
-                ENDPOINT_ENV: str(endpoint),
-            }
-        )
-        return env
-
-    def _saver(self, session: Path) -> Any:
+    def _saver(self, session: str) -> Any:
         def before_intent(reported: str | None, tool_use_id: str) -> None:
             # Pi appends the assistant message before it runs the tool_call handlers; wait
             # (briefly) until the file holds this call, so a resume knows the call exists.
             deadline = time.monotonic() + _FLUSH_WAIT
             data = b""
             while time.monotonic() < deadline:
-                data = session.read_bytes() if session.exists() else b""
+                data = self.host.read_file(session) or b""
                 if tool_use_id.encode() in data:
                     break
                 time.sleep(0.01)

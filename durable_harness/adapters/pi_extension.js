@@ -13,7 +13,11 @@
 // * the user's host tools (listed in the endpoint file) are registered as Pi tools whose
 //   execute() calls the harness's MCP endpoint: the harness runs and journals them.
 //
-// The endpoint file ({url, token, hostTools}) lives in the launch's private HOME; its
+// In the Docker sandbox the endpoint file also says {retry: true}: the CLI outlives its
+// worker, so a request whose connection failed (the worker died) is sent again until a
+// new worker answers (every hook is idempotent on the journal), for up to ten minutes.
+//
+// The endpoint file ({url, token, hostTools, retry}) lives in the launch's private HOME; its
 // path comes in DURABLE_HARNESS_PI_ENDPOINT. Plain JavaScript (Pi loads it with jiti), no
 // imports beyond Node's own.
 import { readFileSync } from "node:fs";
@@ -28,12 +32,28 @@ function loadEndpoint() {
   return JSON.parse(readFileSync(path, "utf8"));
 }
 
+const RETRY_MS = 600000;
+
+// fetch, sent again after a failed connection while the endpoint asks for retries.
+async function send(endpoint, url, init) {
+  const deadline = Date.now() + RETRY_MS;
+  for (;;) {
+    try {
+      const response = await fetch(url, init);
+      return { status: response.status, text: await response.text() };
+    } catch (error) {
+      if (!endpoint.retry || Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    }
+  }
+}
+
 export default function durableHarness(pi) {
   const endpoint = loadEndpoint();
   const hostTools = new Set((endpoint.hostTools || []).map((t) => t.name));
 
   async function post(event, payload) {
-    const response = await fetch(`${endpoint.url}/_dh/${event}`, {
+    const response = await send(endpoint, `${endpoint.url}/_dh/${event}`, {
       method: "POST",
       headers: {
         "Content-Type": "application/json",
@@ -41,7 +61,7 @@ export default function durableHarness(pi) {
       },
       body: JSON.stringify(payload),
     });
-    const text = await response.text();
+    const text = response.text;
     if (response.status !== 200) {
       throw new Error(`durable-harness refused ${event} (HTTP ${response.status}): ${text.slice(0, 500)}`);
     }
@@ -111,7 +131,7 @@ export default function durableHarness(pi) {
       description: tool.description || tool.name,
       parameters: tool.inputSchema || { type: "object", properties: {} },
       async execute(toolCallId, params) {
-        const response = await fetch(`${endpoint.url}/mcp`, {
+        const response = await send(endpoint, `${endpoint.url}/mcp`, {
           method: "POST",
           headers: {
             "Content-Type": "application/json",
@@ -131,7 +151,7 @@ export default function durableHarness(pi) {
         if (response.status !== 200) {
           throw new Error(`durable-harness host tool ${tool.name}: HTTP ${response.status}`);
         }
-        const result = (await response.json()).result || {};
+        const result = JSON.parse(response.text).result || {};
         const content = result.content || [];
         if (result.isError) {
           // Pi marks a result as an error only when execute() throws.

@@ -34,6 +34,7 @@ AGENT_CONFIG = FIXTURES / "claude_agent.toml"
 TITLE = "Pricing page"
 FINAL = "Pricing page added."
 SECOND_REPLY = "Earlier I added the pricing page."
+WORKSPACE_ENV = "DH_TEST_WORKSPACE"  # the harness's --workspace (read by these helpers only)
 
 _FINAL = """
 [[rule]]
@@ -47,6 +48,7 @@ _FINAL_AFTER_NOTIFY = """
 name = "final"
 when.conversation = "NOTIFIED-OK"
 reply.text = "{final}"
+reply.chunk_delay_ms = {final_delay_ms}
 
 [[rule]]
 name = "notify"
@@ -97,10 +99,18 @@ reply.chunk_delay_ms = {chunk_delay_ms}
 
 
 def write_script(
-    tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, notify: bool = False
+    tmp: Path,
+    ws: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    notify: bool = False,
+    final_delay_ms: int = 0,
 ) -> Path:
     script = tmp / "script.toml"
-    final_rules = (_FINAL_AFTER_NOTIFY if notify else _FINAL).format(final=FINAL)
+    final_rules = (_FINAL_AFTER_NOTIFY if notify else _FINAL).format(
+        final=FINAL, final_delay_ms=final_delay_ms
+    )
     script.write_text(
         _SCRIPT.format(
             final_rules=final_rules,
@@ -117,13 +127,31 @@ def write_script(
 
 
 def opencode_harness(
-    tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, notify: bool = False
+    tmp: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    notify: bool = False,
+    final_delay_ms: int = 0,
+    where: str = "host",
 ) -> Iterator[Harness]:
-    ws = tmp / "ws"
-    ws.mkdir()
-    script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms, notify=notify)
+    """``where``: ``host`` (a host folder, the local sandbox) or ``docker``."""
+    if where == "docker":
+        ws = Path("/workspace")
+    else:
+        ws = tmp / "ws"
+        ws.mkdir()
+    script = write_script(
+        tmp,
+        ws,
+        sleep=sleep,
+        chunk_delay_ms=chunk_delay_ms,
+        notify=notify,
+        final_delay_ms=final_delay_ms,
+    )
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
+        h.env[WORKSPACE_ENV] = "docker" if where == "docker" else str(ws)
         yield h
 
 
@@ -133,7 +161,7 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
         "--agent",
         "opencode",
         "--workspace",
-        str(h.tmp / "ws"),
+        h.env.get(WORKSPACE_ENV) or str(h.tmp / "ws"),
         "--agent-config",
         str(AGENT_CONFIG),
         *extra,

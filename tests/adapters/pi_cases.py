@@ -32,6 +32,7 @@ from claude_cases import (
     SECOND_REPLY,
     alive,
     bash_command,
+    bash_runs,
     cmdline,
     descendants,
     lines,
@@ -56,6 +57,7 @@ FIXTURES = HERE.parent / "fixtures"
 TOOLS = f"{FIXTURES / 'claude_tools.py'}:TOOLS"
 #: Every process of a pi launch names its private HOME (the --session path) on its command line.
 LAUNCH_MARK = "durable-harness-pi-"
+WORKSPACE_ENV = "DH_TEST_WORKSPACE"  # the harness's --workspace (read by these helpers only)
 
 _SCRIPT = """
 [[rule]]
@@ -68,6 +70,7 @@ reply.text = "{second_reply}"
 name = "final"
 when.conversation = "NOTIFIED-OK"
 reply.text = "{final}"
+reply.chunk_delay_ms = {final_delay_ms}
 
 [[rule]]
 name = "notify"
@@ -102,7 +105,9 @@ reply.chunk_delay_ms = {chunk_delay_ms}
 """
 
 
-def write_script(tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0) -> Path:
+def write_script(
+    tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int = 0, final_delay_ms: int = 0
+) -> Path:
     script = tmp / "script.toml"
     script.write_text(
         _SCRIPT.format(
@@ -112,17 +117,32 @@ def write_script(tmp: Path, ws: Path, *, sleep: float = 0, chunk_delay_ms: int =
             second_prompt=SECOND_PROMPT,
             second_reply=SECOND_REPLY,
             chunk_delay_ms=chunk_delay_ms,
+            final_delay_ms=final_delay_ms,
         )
     )
     return script
 
 
-def pi_harness(tmp: Path, *, sleep: float = 0, chunk_delay_ms: int = 0) -> Iterator[Harness]:
-    ws = tmp / "ws"
-    ws.mkdir()
-    script = write_script(tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms)
+def pi_harness(
+    tmp: Path,
+    *,
+    sleep: float = 0,
+    chunk_delay_ms: int = 0,
+    final_delay_ms: int = 0,
+    where: str = "host",
+) -> Iterator[Harness]:
+    """``where``: ``host`` (a host folder, the local sandbox) or ``docker``."""
+    if where == "docker":
+        ws = Path("/workspace")
+    else:
+        ws = tmp / "ws"
+        ws.mkdir()
+    script = write_script(
+        tmp, ws, sleep=sleep, chunk_delay_ms=chunk_delay_ms, final_delay_ms=final_delay_ms
+    )
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
+        h.env[WORKSPACE_ENV] = "docker" if where == "docker" else str(ws)
         yield h
 
 
@@ -132,7 +152,7 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
         "--agent",
         "pi",
         "--workspace",
-        str(h.tmp / "ws"),
+        h.env.get(WORKSPACE_ENV) or str(h.tmp / "ws"),
         "--tools",
         TOOLS,
         "--agent-config",
@@ -140,10 +160,6 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
         *extra,
         prompt,
     ]
-
-
-def bash_runs(h: Harness) -> int:
-    return len(lines(h.tmp / "ws" / "bash_runs.txt"))
 
 
 def notify_runs(h: Harness) -> int:

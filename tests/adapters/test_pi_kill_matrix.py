@@ -17,6 +17,7 @@ Run with ``-s`` to see the table the report quotes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections import Counter
@@ -42,6 +43,18 @@ from durable_harness.harness.crash import CRASH_EXIT_CODE
 BASH_SEQ = 2
 
 
+#: The points also run with the CLI in Docker (each costs a container and ~30 s; the host
+#: runs all five): one a model stream cut by the worker's death, one a hook cut by it, one
+#: a tool running while the worker is gone. DH_TEST_DOCKER_MATRIX=full runs all five.
+IN_DOCKER = (
+    ("model streaming", "before tool", "tool running", "tool returned", "after tool")
+    if os.environ.get("DH_TEST_DOCKER_MATRIX") == "full"
+    else ("model streaming", "before tool", "tool running")
+)
+#: In Docker only the worker is killed: the command need not outlast a CLI's death.
+DOCKER_SLEEP = 6.0
+
+
 @dataclass(frozen=True)
 class Point:
     name: str
@@ -60,7 +73,9 @@ POINTS = [
 ]
 
 
-def _kill_when(h: Harness, proc: subprocess.Popen[str], point: Point) -> list[int]:
+def _kill_when(
+    h: Harness, proc: subprocess.Popen[str], point: Point, session: str | None
+) -> list[int]:
     """Kill the worker (and its CLI's group) at ``point``; returns pids that were below it."""
     if point.crash_at is not None:
         proc.wait(timeout=120)
@@ -70,7 +85,7 @@ def _kill_when(h: Harness, proc: subprocess.Popen[str], point: Point) -> list[in
     if point.chunk_delay_ms:
         ready = lambda: any(r["rule"] == "bash" for r in h.requests())  # noqa: E731
     else:
-        ready = lambda: bash_runs(h) == 1  # noqa: E731
+        ready = lambda: bash_runs(h, session) == 1  # noqa: E731
     wait_for(ready, what=f"{point.name} to begin")
     time.sleep(0.8)  # well inside the stream (3 s) or the command's sleep (30 s)
     assert proc.poll() is None, "the worker finished before it could be killed"
@@ -79,19 +94,33 @@ def _kill_when(h: Harness, proc: subprocess.Popen[str], point: Point) -> list[in
     return below
 
 
-@pytest.mark.parametrize("point", POINTS, ids=[p.name.replace(" ", "-") for p in POINTS])
-def test_kill_matrix(tmp_path: Path, point: Point) -> None:
-    for h in pi_harness(tmp_path, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms):
+@pytest.mark.parametrize(
+    ("where", "point"),
+    [("host", p) for p in POINTS] + [("docker", p) for p in POINTS if p.name in IN_DOCKER],
+    ids=[f"host-{p.name.replace(' ', '-')}" for p in POINTS]
+    + [f"docker-{p.name.replace(' ', '-')}" for p in POINTS if p.name in IN_DOCKER],
+)
+def test_kill_matrix(
+    tmp_path: Path, where: str, point: Point, request: pytest.FixtureRequest
+) -> None:
+    sleep = point.sleep
+    if where == "docker":
+        request.getfixturevalue("docker_host")
+        sleep = min(sleep, DOCKER_SLEEP)
+    harness = pi_harness(tmp_path, sleep=sleep, chunk_delay_ms=point.chunk_delay_ms, where=where)
+    for h in harness:
         env = {"DURABLE_HARNESS_CRASH_AT": point.crash_at} if point.crash_at else {}
         proc = h.popen(*run_args(h), **env)
         assert proc.stdout is not None
-        turn_id = [proc.stdout.readline(), proc.stdout.readline()][1].split()[1]
-        below = _kill_when(h, proc, point)
+        session_line, turn_line = proc.stdout.readline(), proc.stdout.readline()
+        turn_id = turn_line.split()[1]
+        session = session_line.split()[1] if where == "docker" else None
+        below = _kill_when(h, proc, point, session)
 
         # Nothing of the killed launch survives it: not the CLI, not its shell's sleep.
         gone = lambda pids=below: not alive(pids) and not cli_processes()  # noqa: E731
         wait_for(gone, 10, "the CLI to be gone")
-        runs_at_kill = bash_runs(h)
+        runs_at_kill = bash_runs(h, session)
         before = h.show(turn_id)
         done_before = set(model_keys(before, "done"))
         calls_before = len(h.requests())
@@ -112,10 +141,13 @@ def test_kill_matrix(tmp_path: Path, point: Point) -> None:
         assert dict(Counter(upstream_keys(h))) == attempts, dump(after)
 
         # Never tools at most once: the bash effect and the host tool's ledger.
-        assert bash_runs(h) == 1, (runs_at_kill, dump(after))
+        assert bash_runs(h, session) == 1, (runs_at_kill, dump(after))
         assert notify_runs(h) == 1
         first_bash = next(s for s in after["steps"] if s["name"] == "bash")
-        assert first_bash["status"] == point.bash_status, dump(after)
+        expected = point.bash_status if where == "host" else "done"
+        assert first_bash["status"] == expected, dump(after)
+        if where == "docker":  # one launch: the new worker re-attached to the running CLI
+            assert [s["kind"] for s in after["steps"]].count("agent") == 1, dump(after)
 
         # The finished turn replays through the proxy (its last launch, as recorded) with
         # 0 upstream calls and no tool run.
@@ -123,15 +155,16 @@ def test_kill_matrix(tmp_path: Path, point: Point) -> None:
         replay = h.cli("replay", turn_id)
         assert replay.returncode == 0, replay.stderr
         assert replay.stdout.strip() == FINAL and len(h.requests()) == calls
-        assert bash_runs(h) == 1 and notify_runs(h) == 1
-        _report(point, repeated, after)
+        assert bash_runs(h, session) == 1 and notify_runs(h) == 1
+        _report(point, where, repeated, after)
 
 
-def _report(point: Point, repeated: list[str], after: dict[str, object]) -> None:
+def _report(point: Point, where: str, repeated: list[str], after: dict[str, object]) -> None:
     steps = after["steps"]
     assert isinstance(steps, list)
     row = {
         "point": point.name,
+        "where": where,
         "upstream calls repeated": len(repeated),
         "never-tool runs (bash, notify)": "1, 1",
         "steps": " ".join(f"{s['kind']}:{s['name']}:{s['status']}" for s in steps),

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from durable_harness.adapters.base import TurnRun
+from durable_harness.adapters.cli_host import HostCliHost
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ToolHooks
 from durable_harness.adapters.pi import PiReplayPolicy, _Launch
 from durable_harness.adapters.pi_session import pi_session_facts
@@ -76,7 +77,7 @@ def test_a_recorded_result_replaces_a_rerun(tmp_path: Path) -> None:
     assert lease is not None
     journal = Journal(world, lease)
     run = TurnRun(world, world.get_turn("turn_pi"), journal, Settings.load())
-    launch = _Launch(run)
+    launch = _Launch(run, HostCliHost(tmp_path / "ws", {}))
     hooks = ToolHooks(journal, PiReplayPolicy(), host_tool_prefix="\0")
     control = launch._control(hooks)
     recorded = {"content": [{"type": "text", "text": "BASH-42\n"}], "isError": False}
