@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import secrets
 import shlex
 import threading
@@ -65,7 +64,7 @@ from durable_harness.adapters.claude_setup import (
     workspace_of,
     workspace_spec,
 )
-from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun
+from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, supervise
 from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
@@ -73,7 +72,6 @@ from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upst
 from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
-    LeaseLost,
     ReplayDivergence,
     TurnFailed,
 )
@@ -452,24 +450,7 @@ class _Launch:
 
     def _supervise(self, cli: CliRun, proxy: JournalingProxy) -> LaunchOutput:
         outcome = LaunchOutput()
-        lines = cli.output()
-        try:
-            while not proxy.fatal_event.is_set():
-                try:
-                    line = lines.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                if line is None:
-                    break
-                if isinstance(line, BaseException):
-                    raise line
-                outcome.feed(line, show_progress=self.journal.on_step is not None)
-            if not proxy.fatal_event.is_set():
-                outcome.status = cli.wait()
-        finally:
-            if outcome.status is None and not isinstance(proxy.fatal, LeaseLost):
-                cli.kill()  # a lost lease leaves the CLI to the turn's new owner
-        outcome.stderr = cli.stderr_tail()
-        if proxy.fatal is not None:
-            raise proxy.fatal
+        show = self.journal.on_step is not None
+        finished = supervise(cli, proxy, lambda line: outcome.feed(line, show_progress=show))
+        outcome.status, outcome.stderr = finished.status, finished.stderr
         return outcome

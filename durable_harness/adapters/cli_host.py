@@ -354,24 +354,7 @@ def supervise(cli: CliRun, proxy: JournalingProxy, on_line: Callable[[bytes], No
     """Hand each stdout line of ``cli`` to ``on_line`` until it ends (or the proxy fails
     the turn: its error is raised). A CLI stopped early is killed, unless the lease was
     lost: then it belongs to the turn's new owner."""
-    status: int | None = None
-    lines = cli.output()
-    try:
-        while not proxy.fatal_event.is_set():
-            try:
-                line = lines.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            if isinstance(line, BaseException):
-                raise line
-            on_line(line)
-        if not proxy.fatal_event.is_set():
-            status = cli.wait()
-    finally:
-        if status is None and not isinstance(proxy.fatal, LeaseLost):
-            cli.kill()
+    status = follow(cli, proxy.fatal_event, on_line, lambda: isinstance(proxy.fatal, LeaseLost))
     stderr = cli.stderr_tail()
     if proxy.fatal is not None:
         raise proxy.fatal
