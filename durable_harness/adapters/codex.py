@@ -11,6 +11,10 @@ Built like the claude-code agent (:mod:`.claude_code`); what is Codex's own:
   the tool), so :class:`~.hooks.ToolHooks` journals them; the shell tool (``exec_command``)
   is reported as ``Bash`` with ``{"command": …}`` and labelled like Claude Code's Bash
   (``never`` unless a ``safe_bash`` pattern marks the command safe);
+* host tools and the wait tools: served over MCP by the proxy (:mod:`.codex_tools`, the
+  call id from ``_meta.callId``); a wait still pending stops the CLI and parks the turn
+  (:class:`~.cli_waits.WaitGate` stop mode, Codex has no ``defer``), and the next
+  delivery settles the wait before resuming;
 * the session record is the thread's rollout file (:mod:`.codex_session`), read where the
   CLI runs and saved before every tool intent, restored into a fresh ``CODEX_HOME`` for
   ``codex exec resume``;
