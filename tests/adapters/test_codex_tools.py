@@ -38,7 +38,3 @@ def test_a_turn_with_a_host_tool_completes_and_replays_without_running_it(h: Har
     assert replay.stdout.strip() == FINAL and len(h.requests()) == calls
     assert notify_runs(h) == 1 and bash_runs(h) == 1 and write_runs(h) == 1
 
-
-def test_unknown_tools_file_is_refused(h: Harness) -> None:
-    out = h.cli(*run_args(h, "--tools", str(h.tmp / "missing.py:TOOLS")))
-    assert out.returncode == 2 and "missing.py" in out.stderr
