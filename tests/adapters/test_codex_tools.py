@@ -37,4 +37,3 @@ def test_a_turn_with_a_host_tool_completes_and_replays_without_running_it(h: Har
     assert replay.returncode == 0, replay.stderr
     assert replay.stdout.strip() == FINAL and len(h.requests()) == calls
     assert notify_runs(h) == 1 and bash_runs(h) == 1 and write_runs(h) == 1
-
