@@ -486,6 +486,11 @@ class _Launch:
             f'\n[mcp_servers."{SERVER_NAME}"]\n'
             f"url = {json.dumps(url + '/mcp')}\n"
             f'bearer_token_env_var = "{TOKEN_ENV}"\n'
+            # Measured: without `required`, Codex starts its first model request after ~2 s
+            # whether or not the server listed its tools, so the request's tools (and its
+            # journal key) would depend on timing; `required` makes it wait (or fail).
+            "required = true\n"
+            "startup_timeout_sec = 60\n"
         )
 
     def _final_rollout(self, codex_home: str, thread: str | None) -> tuple[str, bytes] | None:
