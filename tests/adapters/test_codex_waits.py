@@ -1,5 +1,6 @@
 # ruff: noqa: E501  (the fake model script below keeps one rule per line)
-"""Durable waits with the real Codex CLI (host folder, developer opt-in), which has no
+"""Durable waits with the real Codex CLI (host folder, developer opt-in, and the session's
+Docker container), which has no
 ``defer`` hook decision: the wait gate's stop mode (cli_waits) stops the CLI at a pending
 wait, the worker parks the turn (no lease, no process), and the next delivery records the
 wait's outcome before resuming the thread, whose resume message quotes it.
@@ -18,10 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from claude_cases import wait_for
+from claude_cases import container_text, wait_for
 from codex_cases import AGENT_CONFIG
 from support import FIXTURES, Harness, ids_of
 from test_claude_waits import _harness, _open_world, _status
+
+from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
 
 CI_TOOLS = f"{FIXTURES / 'ci_tools.py'}:TOOLS"
 FINAL = "CI failed on test_price; fixed price.py."
@@ -63,20 +66,27 @@ reply.tool_use = [{{ name = "start_ci", {NS}, input = {{}} }}]
 """
 
 
-@pytest.fixture
-def ci(tmp_path: Path) -> Iterator[Harness]:
-    (tmp_path / "ws").mkdir()
+@pytest.fixture(params=["host", "docker"])
+def ci(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    """The CLI on a host folder (developer opt-in) or in the session's Docker container."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_host")
+    else:
+        (tmp_path / "ws").mkdir()
     script = tmp_path / "script.toml"
     script.write_text(_SCRIPT)
     for h in _harness(tmp_path, script, {}):
         h.env["OPENAI_BASE_URL"] = h.server.url
         h.env.pop("OPENAI_API_KEY", None)
+        if request.param == "docker":
+            h.env["DH_TEST_WORKSPACE"] = "docker"
+            del h.env[UNSAFE_HOST_ENV]
         yield h
 
 
 def _run_args(h: Harness, prompt: str) -> list[str]:
     return [
-        "run", "--agent", "codex", "--workspace", str(h.tmp / "ws"),
+        "run", "--agent", "codex", "--workspace", h.env.get("DH_TEST_WORKSPACE") or str(h.tmp / "ws"),
         "--agent-config", str(AGENT_CONFIG), "--tools", CI_TOOLS, "--detach", prompt,
     ]  # fmt: skip
 
@@ -97,14 +107,22 @@ def test_codex_waits_for_ci_without_a_worker(ci: Harness) -> None:
         wait_for(lambda: world.get_signal(turn_id, "ci") is not None, 60, "CI's webhook")
         stored = world.get_turn(turn_id)
         assert stored.lease_owner is None and stored.status.value == "waiting"
-    assert not any("durable-harness-codex-" in _cmdline(p) for p in _pids()), "a CLI still runs"
+    docker = ci.env.get("DH_TEST_WORKSPACE") == "docker"
+    if docker:  # the job was killed: no codex process is left in the container
+        assert "--skip-git-repo-check" not in _container_processes(ids_of(out)["session"])
+    else:
+        assert not any("durable-harness-codex-" in _cmdline(p) for p in _pids()), "a CLI runs"
 
     done = ci.cli("worker", "--until-idle", timeout=300)
     assert done.returncode == 0, done.stderr
     data = ci.show(turn_id)
     assert data["turn"]["status"] == "done", json.dumps(data, indent=1)
     assert data["turn"]["result"] == FINAL
-    assert (ci.tmp / "ws" / "price.py").read_text() == "PRICE = 42\n"
+    if docker:
+        price = container_text(ids_of(out)["session"], "/workspace/price.py")
+    else:
+        price = (ci.tmp / "ws" / "price.py").read_text()
+    assert price == "PRICE = 42\n"
     tools = [(s["name"], s["status"]) for s in data["steps"] if s["kind"] == "tool"]
     assert tools == [("start_ci", "done"), ("wait_for_signal", "done"), ("Bash", "done")]
     wait = next(s for s in data["steps"] if s["name"] == "wait_for_signal")
@@ -150,3 +168,14 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def _container_processes(session: str) -> str:
+    from durable_harness.sandbox.docker import DockerSandbox
+
+    box = DockerSandbox(session)
+    try:
+        result = box.exec("for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done")
+    finally:
+        box.close()
+    return result.stdout.decode()
