@@ -71,7 +71,11 @@ from durable_harness.adapters.codex_setup import (
     resolve_openai_endpoint,
     workspace_spec,
 )
-from durable_harness.adapters.codex_tools import HOST_TOOL_PREFIX, CodexHostTools
+from durable_harness.adapters.codex_tools import (
+    HOST_TOOL_PREFIX,
+    CodexHostTools,
+    save_before_host_calls,
+)
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
@@ -284,7 +288,7 @@ class _Launch:
             hooks.session_started.set()  # it started under the earlier worker
         tools = [*self.tools, *self.gate.tools]
         mcp = CodexHostTools(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
-        control = self._host_call_saver(hooks.handle, saver)
+        control = save_before_host_calls(self.journal, hooks.handle, saver)
         callbacks = ProxyCallbacks(
             on_request=self._on_request(hooks), control=control, mcp=mcp.handle
         )
@@ -326,27 +330,6 @@ class _Launch:
         # The HOME (with the rollout) goes only once the launch is journaled (the caller's
         # host.finish): a worker that dies before re-attaches and reads the rollout again.
         return result
-
-    def _host_call_saver(self, inner: Any, saver: Any) -> Any:
-        """The hooks' handler, saving the rollout before a host tool's PreToolUse: the MCP
-        handler records that call's intent, and a resume must know the call exists (as
-        for the CLI's own tools, whose intent ``before_intent`` precedes)."""
-
-        def control(event: str, payload: dict[str, Any]) -> dict[str, Any]:
-            name = str(payload.get("tool_name") or "")
-            call_id = str(payload.get("tool_use_id") or "")
-            if (
-                event == "PreToolUse"
-                and saver is not None
-                and name.startswith(HOST_TOOL_PREFIX)
-                and call_id
-                and self.journal.lookup(f"tool:{call_id}") is None
-            ):
-                saver(payload.get("transcript_path"), call_id)
-            result: dict[str, Any] = inner(event, payload)
-            return result
-
-        return control
 
     def _session_workspace(self) -> str | None:
         """The newest workspace snapshot of the session's earlier, finished turns."""
