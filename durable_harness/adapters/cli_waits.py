@@ -18,21 +18,44 @@ PreToolUse hook, which :class:`WaitGate` answers before the tool is called:
 
 A worker that dies after the deferral but before parking the turn leaves the turn to
 its lease; the next delivery resumes the same way.
+
+**CLIs without a defer decision** (Codex: its hooks know only allow, deny, ask) use the
+*stop* mode: :attr:`WaitGate.stop` is set (the adapter passes its proxy's ``fail``).
+Still waiting, the hook hands the wait's ``TurnSuspended`` to ``stop`` (the adapter then
+kills the CLI, e.g. its Docker job, and raises it: the worker parks the turn), and holds
+the hook's answer until the CLI is gone (:attr:`WaitGate.stopped`), so the CLI makes no
+further model call. The wait's intent stays open. On the next delivery the adapter calls
+:meth:`WaitGate.settle` *before* starting the CLI: each open wait is asked again (its
+intent's ``started_at`` fixes the deadline); over, its outcome is recorded, and the resume
+message written from the journal quotes it to the resumed CLI; still pending, ``settle``
+raises its ``TurnSuspended`` and the turn parks again without starting the CLI.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from durable_harness.adapters.hooks import allow, deny
 from durable_harness.harness.errors import TurnSuspended
-from durable_harness.harness.journal import Journal, Outcome, StepResult
+from durable_harness.harness.journal import (
+    BLOB_PREFIX,
+    Journal,
+    OpenStep,
+    Outcome,
+    StepResult,
+)
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
 from durable_harness.harness.waits import wait_tools
-from durable_harness.worlds.base import World
+from durable_harness.worlds.base import StepStatus, World
 
-__all__ = ["WaitGate", "defer"]
+__all__ = ["STOP_HOLD_SECONDS", "WaitGate", "defer"]
+
+#: Stop mode: how long the hook's answer is held while the adapter stops the CLI.
+STOP_HOLD_SECONDS = 30.0
 
 
 def defer(reason: str) -> dict[str, Any]:
@@ -57,9 +80,14 @@ class WaitGate:
         self.signal_secret = signal_secret
         self.tools: list[Tool] = wait_tools(world, journal)
         self._by_name = {t.name: t for t in self.tools}
+        self.world = world
         self._lock = threading.Lock()
         #: The wait this launch stopped at, once a call was deferred.
         self.suspended: TurnSuspended | None = None
+        #: Stop mode (CLIs without ``defer``): called with the wait that is still pending.
+        self.stop: Callable[[TurnSuspended], None] | None = None
+        #: Stop mode: set by the adapter once the CLI is stopped (releases the held hook).
+        self.stopped = threading.Event()
 
     def handles(self, name: str) -> bool:
         return name in self._by_name
@@ -83,7 +111,12 @@ class WaitGate:
         except TurnSuspended as exc:
             with self._lock:
                 self.suspended = self.suspended or exc
-            return defer(f"durable-harness: the turn is parked, waiting for {exc.waiting_for}")
+            reason = f"durable-harness: the turn is parked, waiting for {exc.waiting_for}"
+            if self.stop is None:
+                return defer(reason)
+            self.stop(exc)
+            self.stopped.wait(STOP_HOLD_SECONDS)  # answer only once the CLI is gone
+            return deny(reason)
         except ToolInputError as exc:
             value = {"content": str(exc), "is_error": True}
             self.journal.end(begun, Outcome(value, {"source": "wait"}))
@@ -91,3 +124,24 @@ class WaitGate:
         value = {"content": str(result), "is_error": False}
         self.journal.end(begun, Outcome(value, {"source": "wait"}))
         return allow("the wait is over: its result is in the journal")
+
+    def settle(self) -> None:
+        """Stop mode, before a CLI resumes: record the outcome of every wait this turn left
+        open whose signal arrived or whose deadline passed; raise the ``TurnSuspended`` of
+        the first one still pending (the turn parks again, no CLI started)."""
+        steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
+        for step in steps:
+            tool = self._by_name.get(step.name)
+            if step.kind != "tool" or tool is None or step.status is not StepStatus.INTENT:
+                continue
+            text = step.input or "{}"
+            if text.startswith(BLOB_PREFIX):
+                text = self.world.get_blob(text.removeprefix(BLOB_PREFIX)).decode()
+            ctx = ToolContext(self.journal.turn_id, self.session_id, step.seq, self.signal_secret)
+            try:
+                result = tool.invoke(json.loads(text), ctx)
+            except ToolInputError as exc:
+                value = {"content": str(exc), "is_error": True}
+            else:
+                value = {"content": str(result), "is_error": False}
+            self.journal.end(OpenStep(step, time.monotonic()), Outcome(value, {"source": "wait"}))

@@ -11,6 +11,10 @@ Built like the claude-code agent (:mod:`.claude_code`); what is Codex's own:
   the tool), so :class:`~.hooks.ToolHooks` journals them; the shell tool (``exec_command``)
   is reported as ``Bash`` with ``{"command": …}`` and labelled like Claude Code's Bash
   (``never`` unless a ``safe_bash`` pattern marks the command safe);
+* host tools and the wait tools: served over MCP by the proxy (:mod:`.codex_tools`, the
+  call id from ``_meta.callId``); a wait still pending stops the CLI and parks the turn
+  (:class:`~.cli_waits.WaitGate` stop mode, Codex has no ``defer``), and the next
+  delivery settles the wait before resuming;
 * the session record is the thread's rollout file (:mod:`.codex_session`), read where the
   CLI runs and saved before every tool intent, restored into a fresh ``CODEX_HOME`` for
   ``codex exec resume``;
@@ -48,6 +52,7 @@ from durable_harness.adapters.claude_session import (
 )
 from durable_harness.adapters.claude_setup import job_id, launch_token
 from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, follow
+from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.codex_output import CodexOutput
 from durable_harness.adapters.codex_session import (
     Rollout,
@@ -66,13 +71,20 @@ from durable_harness.adapters.codex_setup import (
     resolve_openai_endpoint,
     workspace_spec,
 )
+from durable_harness.adapters.codex_tools import (
+    HOST_TOOL_PREFIX,
+    CodexHostTools,
+    save_before_host_calls,
+)
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
+from durable_harness.adapters.mcp import SERVER_NAME
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
     LeaseLost,
     ReplayDivergence,
+    TurnSuspended,
 )
 from durable_harness.harness.journal import (
     BLOB_PREFIX,
@@ -83,7 +95,7 @@ from durable_harness.harness.journal import (
     decode_output,
 )
 from durable_harness.harness.model import is_loopback
-from durable_harness.harness.tools import Replay
+from durable_harness.harness.tools import Replay, Tool, load_tools
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
 from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
@@ -108,10 +120,8 @@ class CodexAdapter(Adapter):
 
     def check(self, config: dict[str, Any], settings: Any) -> None:
         spec = workspace_spec(config)
-        if config.get("tools"):
-            raise ConfigError(
-                "the codex agent cannot serve --tools host tools yet; run it without them"
-            )
+        for tools_spec in config.get("tools", []):
+            load_tools(tools_spec)
         ClaudeCodeConfig.parse(config.get("agent_config"), "in the turn")
         resolve_openai_endpoint(config.get("base_url"))
         if spec == "docker":
@@ -144,6 +154,10 @@ class CodexAdapter(Adapter):
                     )
                     host.finish(job_id(run.turn.turn_id, number - 1))
                     return str(result["reply"])
+            # A wait the last launch stopped at (cli_waits stop mode): its outcome, if the
+            # signal came or the deadline passed, is recorded before the CLI resumes, so the
+            # resume message quotes it; still pending, the turn parks again, no CLI started.
+            launch.gate.settle()
             plan = launch.plan(number)
             begun = journal.begin_keyed(
                 kind="agent",
@@ -155,7 +169,13 @@ class CodexAdapter(Adapter):
             )
             if isinstance(begun, StepResult):  # cannot happen: the key is new
                 return str(begun.value["reply"])
-            result = launch.run(plan, job_id(run.turn.turn_id, number))
+            try:
+                result = launch.run(plan, job_id(run.turn.turn_id, number))
+            except TurnSuspended:
+                # Stopped at a pending wait: the launch stays an intent (its CLI is gone and
+                # its rollout saved before the wait's intent); the next delivery resumes.
+                host.finish(job_id(run.turn.turn_id, number))
+                raise
             journal.end(begun, Outcome(result, {"source": "cli"}))
             host.finish(job_id(run.turn.turn_id, number))
             return str(result["reply"])
@@ -198,6 +218,12 @@ class _Launch:
         self.store = TranscriptStore(self.world)
         self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
+        specs = run.config.get("tools", [])
+        self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
+        secret = str(self.turn.config.get("signal_secret", ""))
+        # Codex has no `defer` hook decision: the gate's stop mode (cli_waits) stops the
+        # CLI at a pending wait and the next delivery settles the wait before resuming.
+        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
 
     # -- what to run -----------------------------------------------------------------
     def plan(self, number: int) -> dict[str, Any]:
@@ -220,11 +246,14 @@ class _Launch:
     def _close_interrupted(self) -> None:
         """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
         policy = CodexReplayPolicy(self.config)
+        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
         for step in list(self.journal.recorded.values()):
             if step.kind != "tool" or step.status is not StepStatus.INTENT:
                 continue
             tool_input = json.loads(_stored_input(self.world, step))
-            if policy.label(step.name, tool_input) == "never":
+            host_tool = host.get(step.name)
+            label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
+            if label == "never":
                 self.journal.begin_keyed(
                     kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
                 )
@@ -245,17 +274,24 @@ class _Launch:
             # A new container (the old one was lost) gets the workspace back from the World.
             digest = self.journal.latest_meta("workspace") or self._session_workspace()
             restore_workspace(sandbox, self.snapshots, digest)
+        saver = None if self.journal.replay_only else self._saver(codex_home)
         hooks = ToolHooks(
             self.journal,
             CodexReplayPolicy(self.config),
-            host_tool_prefix="mcp__durable-harness__",
-            before_intent=None if self.journal.replay_only else self._saver(codex_home),
+            host_tool_prefix=HOST_TOOL_PREFIX,
+            before_intent=saver,
+            waits=self.gate,
             outcome_meta=None if sandbox is None else self._snapshotter(sandbox),
             adopt=cli is not None,
         )
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
-        callbacks = ProxyCallbacks(on_request=self._on_request(hooks), control=hooks.handle)
+        tools = [*self.tools, *self.gate.tools]
+        mcp = CodexHostTools(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
+        control = save_before_host_calls(self.journal, hooks.handle, saver)
+        callbacks = ProxyCallbacks(
+            on_request=self._on_request(hooks), control=control, mcp=mcp.handle
+        )
         token = launch_token(self.turn.config, job) if host.durable else secrets.token_urlsafe(32)
         proxy = JournalingProxy(
             self.journal,
@@ -268,14 +304,18 @@ class _Launch:
         progress = self.journal.on_step is not None  # not --quiet
         with proxy:
             endpoint = host.endpoint(proxy.url, job)
+            self.gate.stop = proxy.fail  # a pending wait stops the CLI (then parks)
             if cli is None:
                 cli = host.start(self._launch(job, binary, home, endpoint, token, plan, restored))
-            status = follow(
-                cli,
-                proxy.fatal_event,
-                lambda line: output.feed(line, show_progress=progress),
-                lambda: isinstance(proxy.fatal, LeaseLost),
-            )
+            try:
+                status = follow(
+                    cli,
+                    proxy.fatal_event,
+                    lambda line: output.feed(line, show_progress=progress),
+                    lambda: isinstance(proxy.fatal, LeaseLost),
+                )
+            finally:
+                self.gate.stopped.set()  # the CLI is gone: release a held wait hook
             stderr = cli.stderr_tail()
         if proxy.fatal is not None:
             raise proxy.fatal
@@ -424,6 +464,16 @@ class _Launch:
             f'env_key = "{TOKEN_ENV}"\n'
             f"request_max_retries = {retries}\n"
             f"stream_max_retries = {retries}\n"
+            # The harness's own MCP server: the host tools (streamable HTTP, the proxy's
+            # per-launch token as bearer, read from the same variable as the model key).
+            f'\n[mcp_servers."{SERVER_NAME}"]\n'
+            f"url = {json.dumps(url + '/mcp')}\n"
+            f'bearer_token_env_var = "{TOKEN_ENV}"\n'
+            # Measured: without `required`, Codex starts its first model request after ~2 s
+            # whether or not the server listed its tools, so the request's tools (and its
+            # journal key) would depend on timing; `required` makes it wait (or fail).
+            "required = true\n"
+            "startup_timeout_sec = 60\n"
         )
 
     def _final_rollout(self, codex_home: str, thread: str | None) -> tuple[str, bytes] | None:

@@ -142,6 +142,7 @@ def build_response(request: dict[str, Any], rule: Rule, digest: str) -> dict[str
                 "arguments": json.dumps(tool.input, ensure_ascii=False),
                 "call_id": "call_" + seed[24:48],
                 "name": tool.name,
+                **({"namespace": tool.namespace} if tool.namespace else {}),
             }
         )
     input_tokens = max(1, len(canonical_json(request.get("input"))) // 4)

@@ -94,6 +94,9 @@ class ToolUse(_Strict):
 
     name: str = Field(min_length=1)
     input: dict[str, Any] = Field(default_factory=dict)
+    #: Responses API only: the ``namespace`` of the ``function_call`` (Codex serves MCP
+    #: tools as namespace tools, e.g. ``mcp__durable_harness`` with ``notify``).
+    namespace: str | None = None
 
     @model_validator(mode="after")
     def _input_is_json(self) -> ToolUse:

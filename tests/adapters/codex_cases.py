@@ -46,10 +46,10 @@ reply.text = "{second_reply}"
 
 [[rule]]
 name = "final"
-when.conversation = "WROTE-2"
+when.conversation = "{final_after}"
 reply.text = "{final}"
 reply.chunk_delay_ms = {final_delay_ms}
-
+{notify_rule}
 [[rule]]
 name = "write"
 when.conversation = "BASH-42"
@@ -79,6 +79,18 @@ reply.chunk_delay_ms = {chunk_delay_ms}
 """
 
 
+#: With ``notify``: after the second command the model calls the host tool ``notify``
+#: (tests/fixtures/claude_tools.py, ``never``, served over MCP; Codex offers it as the
+#: namespace ``mcp__durable_harness``), and answers once it returned.
+NOTIFY_TOOLS = f"{FIXTURES / 'claude_tools.py'}:TOOLS"
+_NOTIFY_RULE = """
+[[rule]]
+name = "notify"
+when.conversation = "WROTE-2"
+reply.tool_use = [ { name = "notify", namespace = "mcp__durable_harness", input = { text = "pricing page is live" } } ]
+"""
+
+
 def bash_command(sleep: float) -> str:
     pause = f" && sleep {sleep}" if sleep else ""
     return (
@@ -94,6 +106,7 @@ def write_script(
     chunk_delay_ms: int = 0,
     fault: str | None = None,
     final_delay_ms: int = 0,
+    notify: bool = False,
 ) -> Path:
     script = tmp / "script.toml"
     script.write_text(
@@ -106,6 +119,8 @@ def write_script(
             chunk_delay_ms=chunk_delay_ms,
             final_delay_ms=final_delay_ms,
             fault=f'reply.stream_fault = "{fault}"' if fault else "",
+            final_after="NOTIFIED-OK" if notify else "WROTE-2",
+            notify_rule=_NOTIFY_RULE if notify else "",
         )
     )
     return script
@@ -122,13 +137,19 @@ def codex_harness(
     fault: str | None = None,
     final_delay_ms: int = 0,
     where: str = "host",
+    notify: bool = False,
 ) -> Iterator[Harness]:
     """A harness for the codex turn; ``where`` is ``host`` (a host folder, the developer
     opt-in) or ``docker`` (the session's container)."""
     if where == "host":
         (tmp / "ws").mkdir()
     script = write_script(
-        tmp, sleep=sleep, chunk_delay_ms=chunk_delay_ms, fault=fault, final_delay_ms=final_delay_ms
+        tmp,
+        sleep=sleep,
+        chunk_delay_ms=chunk_delay_ms,
+        fault=fault,
+        final_delay_ms=final_delay_ms,
+        notify=notify,
     )
     for h in make_harness(tmp, script):
         h.env["OPENAI_BASE_URL"] = h.server.url
@@ -136,6 +157,8 @@ def codex_harness(
         h.env[_WORKSPACE] = "docker" if where == "docker" else str(tmp / "ws")
         if where == "host":
             h.env[UNSAFE_HOST_ENV] = "1"
+        if notify:
+            h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
         yield h
 
 
@@ -148,6 +171,7 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
         h.env.get(_WORKSPACE) or str(h.tmp / "ws"),
         "--agent-config",
         str(AGENT_CONFIG),
+        *(["--tools", NOTIFY_TOOLS] if "NOTIFY_LEDGER" in h.env else []),
         *extra,
         prompt,
     ]
@@ -156,6 +180,11 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
 def bash_runs(h: Harness, session: str | None = None) -> int:
     """Runs of the first command (in the session's container when ``session`` is given)."""
     return _runs(h, "bash_runs.txt", session)
+
+
+def notify_runs(h: Harness) -> int:
+    """Runs of the host tool ``notify`` (it runs in the worker, on the host, in both places)."""
+    return len(lines(h.tmp / "notify.txt"))
 
 
 def write_runs(h: Harness, session: str | None = None) -> int:

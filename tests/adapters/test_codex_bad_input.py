@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from claude_cases import TOOLS
 from codex_cases import codex_harness, run_args
 from support import Harness, ids_of
 from test_claude_bad_input import no_turns, one_line_error
@@ -34,8 +33,9 @@ def test_virtual_workspace_is_refused(h: Harness, opt_in: str) -> None:
     no_turns(h)
 
 
-def test_host_tools_are_refused(h: Harness) -> None:
-    one_line_error(h.cli(*run_args(h, "--tools", TOOLS)), "--tools", "codex")
+def test_a_missing_host_tools_file_is_refused(h: Harness) -> None:
+    missing = f"{h.tmp / 'missing.py'}:TOOLS"
+    one_line_error(h.cli(*run_args(h, "--tools", missing)), "missing.py")
     no_turns(h)
 
 

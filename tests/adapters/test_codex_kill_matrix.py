@@ -9,6 +9,9 @@ re-attaches to its job, serves its proxy again on the same socket and finishes t
 every hook and model request that broke with the worker is retried and journaled once, so
 the first command's step ends ``done`` at every point, with the command started once).
 
+The turn ends with a call of the host tool ``notify`` (``never``, served over MCP), counted
+too: it runs once at every point, and 0 times on replay.
+
 Points (around the turn's first ``exec_command`` call, a ``never`` tool, step 2):
 
 * ``model streaming``: SIGKILL while the first model response streams (slowed to ~4 s);
@@ -39,6 +42,7 @@ from codex_cases import (
     cli_processes,
     codex_harness,
     kill_worker_and_cli,
+    notify_runs,
     run_args,
     write_runs,
 )
@@ -96,7 +100,11 @@ def test_kill_matrix(
     if where == "docker":
         request.getfixturevalue("docker_host")
     harness = codex_harness(
-        tmp_path, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms, where=where
+        tmp_path,
+        sleep=point.sleep,
+        chunk_delay_ms=point.chunk_delay_ms,
+        where=where,
+        notify=True,
     )
     for h in harness:
         env = {"DURABLE_HARNESS_CRASH_AT": point.crash_at} if point.crash_at else {}
@@ -133,6 +141,9 @@ def test_kill_matrix(
         # Never tools at most once: the first command's effect and the second's.
         assert bash_runs(h, session) == 1, (runs_at_kill, dump(after))
         assert write_runs(h, session) == 1, dump(after)
+        # The host tool (served over MCP, `never`) ran once, journaled by its call id.
+        assert notify_runs(h) == 1, dump(after)
+        assert [s["status"] for s in after["steps"] if s["name"] == "notify"] == ["done"]
         first_bash = next(s for s in after["steps"] if s["name"] == "Bash")
         expected = point.bash_status if where == "host" else "done"
         assert first_bash["status"] == expected, dump(after)
@@ -146,6 +157,7 @@ def test_kill_matrix(
         assert replay.returncode == 0, replay.stderr
         assert replay.stdout.strip() == FINAL and len(h.requests()) == calls
         assert bash_runs(h, session) == 1 and write_runs(h, session) == 1
+        assert notify_runs(h) == 1
         _report(point, where, repeated, after)
 
 
@@ -156,7 +168,7 @@ def _report(point: Point, where: str, repeated: list[str], after: dict[str, obje
         "point": point.name,
         "where": where,
         "upstream calls repeated": len(repeated),
-        "never-tool runs (first, second command)": "1, 1",
+        "never-tool runs (first, second command, host tool)": "1, 1, 1",
         "steps": " ".join(f"{s['kind']}:{s['name']}:{s['status']}" for s in steps),
         "final reply": FINAL,
     }

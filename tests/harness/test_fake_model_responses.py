@@ -33,6 +33,11 @@ when.last_user_text = "busy"
 reply.error = { type = "rate_limit_error", message = "slow down" }
 
 [[rule]]
+name = "namespaced"
+when.last_user_text = "tell the team"
+reply.tool_use = [{ name = "notify", namespace = "mcp__durable_harness", input = { text = "hi" } }]
+
+[[rule]]
 name = "tool"
 when.last_user_text = "make a file"
 when.has_tool = "exec_command"
@@ -96,6 +101,21 @@ def test_tool_call_streams_and_a_resend_is_byte_identical(fake: FakeModelServer)
     # Another cache key and other item ids: the same question, the same bytes.
     again = {**body, "prompt_cache_key": "x", "input": [message("user", "make a file", "m2")]}
     assert post(fake, again) == (status, data)
+
+
+def test_a_namespaced_tool_use_is_a_function_call_with_its_namespace(
+    fake: FakeModelServer,
+) -> None:
+    """Codex offers MCP tools as a namespace: the model's call names it (and the tool)."""
+    body = {"model": "m", "stream": True, "input": [message("user", "tell the team")]}
+    status, data = post(fake, body)
+    assert status == 200
+    (call,) = events(data)[-1]["response"]["output"]
+    assert (call["namespace"], call["name"]) == ("mcp__durable_harness", "notify")
+    # Without a namespace the item has none (the plain tools of every other test).
+    plain = {**body, "tools": TOOLS, "input": [message("user", "make a file")]}
+    output = events(post(fake, plain)[1])[-1]["response"]["output"]
+    assert "namespace" not in output[1]
 
 
 def test_function_call_output_is_a_tool_result(fake: FakeModelServer, tmp_path: Path) -> None:
