@@ -155,6 +155,11 @@ class SeaweedServer(_Server):
             f"-s3.config={config}",
             "-admin.ui=false",
             "-webdav=false",
+            # Each test's bucket takes a volume of its own, and by default the number of
+            # volumes is free disk / volume size (up to 1 GiB): on a fuller disk the run
+            # ran out after ~40 buckets (PUT: InternalError). Small volumes, a fixed cap.
+            "-master.volumeSizeLimitMB=64",
+            "-volume.max=1000",
             *(f"-{name}={port}" for name, port in ports.items()),
         ]
         (self.root / "data").mkdir()
