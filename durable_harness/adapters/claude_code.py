@@ -70,7 +70,6 @@ from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolH
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.errors import (
-    ConfigError,
     DurableHarnessError,
     ReplayDivergence,
     TurnFailed,
@@ -371,12 +370,10 @@ class _Launch:
 
     def _on_request(self, hooks: ToolHooks) -> Any:
         def on_request(body: dict[str, Any]) -> None:
-            if not hooks.wait_started(_HOOKS_WAIT):
-                raise ConfigError(
-                    "Claude Code did not run the durable-harness hooks (no SessionStart "
-                    "arrived), so its tool calls could not be journaled: the turn was "
-                    "stopped before any tool ran"
-                )
+            hooks.require_started(
+                _HOOKS_WAIT,
+                "Claude Code did not run the durable-harness hooks (no SessionStart arrived)",
+            )
             hooks.close_from_request(body)
 
         return on_request

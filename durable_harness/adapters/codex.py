@@ -80,7 +80,6 @@ from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolH
 from durable_harness.adapters.mcp import SERVER_NAME
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.errors import (
-    ConfigError,
     DurableHarnessError,
     LeaseLost,
     ReplayDivergence,
@@ -383,12 +382,9 @@ class _Launch:
 
     def _on_request(self, hooks: ToolHooks) -> Any:
         def on_request(body: dict[str, Any]) -> None:
-            if not hooks.wait_started(_HOOKS_WAIT):
-                raise ConfigError(
-                    "Codex did not run the durable-harness hooks (no SessionStart arrived), "
-                    "so its tool calls could not be journaled: the turn was stopped before "
-                    "any tool ran"
-                )
+            hooks.require_started(
+                _HOOKS_WAIT, "Codex did not run the durable-harness hooks (no SessionStart arrived)"
+            )
             _close_from_request(hooks, body)
 
         return on_request

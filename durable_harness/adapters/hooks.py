@@ -267,6 +267,15 @@ class ToolHooks:
                 }
                 self._end(step, value, "proxy")
 
+    def require_started(self, seconds: float, missing: str) -> None:
+        """Wait up to ``seconds`` for the CLI's SessionStart; without it, stop the turn
+        before any tool can run unjournaled (``missing`` says what the CLI did not do)."""
+        if not self.wait_started(seconds):
+            raise ConfigError(
+                f"{missing}, so its tool calls could not be journaled: the turn was "
+                "stopped before any tool ran"
+            )
+
     def wait_started(self, seconds: float) -> bool:
         """Whether the CLI ran its SessionStart hook (proof the hooks are live)."""
         deadline = time.monotonic() + seconds

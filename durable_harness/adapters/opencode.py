@@ -377,12 +377,10 @@ class _Launch:
 
     def _on_request(self, hooks: ToolHooks) -> Any:
         def on_request(body: dict[str, Any]) -> None:
-            if not hooks.wait_started(_PLUGIN_WAIT):
-                raise ConfigError(
-                    "OpenCode did not load the durable-harness plugin (no SessionStart "
-                    "arrived), so its tool calls could not be journaled: the turn was "
-                    "stopped before any tool ran"
-                )
+            hooks.require_started(
+                _PLUGIN_WAIT,
+                "OpenCode did not load the durable-harness plugin (no SessionStart arrived)",
+            )
             hooks.close_from_request(anthropic_view(body))
 
         return on_request

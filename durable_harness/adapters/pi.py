@@ -394,12 +394,10 @@ class _Launch:
 
     def _on_request(self, hooks: ToolHooks) -> Any:
         def on_request(body: dict[str, Any]) -> None:
-            if not hooks.wait_started(_HOOKS_WAIT):
-                raise ConfigError(
-                    "Pi did not load the durable-harness extension (no session_start "
-                    "arrived), so its tool calls could not be journaled: the turn was "
-                    "stopped before any tool ran"
-                )
+            hooks.require_started(
+                _HOOKS_WAIT,
+                "Pi did not load the durable-harness extension (no session_start arrived)",
+            )
             hooks.close_from_request(anthropic_view(body))
 
         return on_request
