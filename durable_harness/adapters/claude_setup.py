@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
-import shutil
 import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
-from durable_harness.adapters.cli_host import CliHost, HostCliHost, require_unsafe_host
+from durable_harness.adapters.cli_host import CliHost, HostCliHost, find_cli, require_unsafe_host
 from durable_harness.harness.errors import ConfigError
 
 __all__ = [
@@ -41,7 +39,6 @@ __all__ = [
 #: The one Claude Code version this adapter's rules were measured on (scripts/setup).
 CLAUDE_CODE_VERSION = "2.1.332"
 BIN_ENV = "DURABLE_HARNESS_CLAUDE_BIN"
-_REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 _SESSION_NAMESPACE = uuid.UUID("5d0b8f5e-5b39-4bb5-9a55-3c1f1f4b0d2a")
 _versions_seen: dict[str, str] = {}
 
@@ -49,22 +46,9 @@ _versions_seen: dict[str, str] = {}
 def find_claude() -> str:
     """The ``claude`` binary: $DURABLE_HARNESS_CLAUDE_BIN, the project's pinned install
     (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
-    override = os.environ.get(BIN_ENV)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise ConfigError(f"{BIN_ENV}={override!r} is not an executable file")
-        return override
-    pinned = _REPO_BIN / "claude"
-    if os.access(pinned, os.X_OK):
-        return str(pinned)
-    found = shutil.which("claude")
-    if found is None:
-        raise ConfigError(
-            f"Claude Code is not installed: run scripts/setup (it installs "
-            f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into .tools/npm), or set "
-            f"{BIN_ENV} to a claude binary of that version"
-        )
-    return found
+    return find_cli(
+        "claude", BIN_ENV, "Claude Code", f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"
+    )
 
 
 def check_version(binary: str, host: CliHost | None = None) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "Finished",
     "HostCliHost",
     "Line",
+    "find_cli",
     "follow",
     "launch_steps",
     "progress",
@@ -68,6 +69,30 @@ _PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "T
 #: An item of :meth:`CliRun.output`: a stdout line, None at the end, or the error that
 #: stopped the reading (the container vanished).
 Line = bytes | BaseException | None
+
+
+#: Where scripts/setup installs the pinned CLIs (tools/npm/package.json) for the host.
+PINNED_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
+
+
+def find_cli(name: str, bin_env: str, product: str, package: str) -> str:
+    """The host binary of CLI ``name``: ``$<bin_env>``, the project's pinned install
+    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
+    override = os.environ.get(bin_env)
+    if override:
+        if not os.access(override, os.X_OK):
+            raise ConfigError(f"{bin_env}={override!r} is not an executable file")
+        return override
+    pinned = PINNED_BIN / name
+    if os.access(pinned, os.X_OK):
+        return str(pinned)
+    found = shutil.which(name)
+    if found is None:
+        raise ConfigError(
+            f"{product} is not installed: run scripts/setup (it installs {package} into "
+            f".tools/npm), or set {bin_env} to a {name} binary of that version"
+        )
+    return found
 
 
 def require_unsafe_host(agent: str, workspace: str) -> None:

@@ -11,13 +11,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from durable_harness.adapters.claude_setup import workspace_of
-from durable_harness.adapters.cli_host import CliHost, HostCliHost, require_unsafe_host
+from durable_harness.adapters.cli_host import CliHost, HostCliHost, find_cli, require_unsafe_host
 from durable_harness.harness.errors import ConfigError
 from durable_harness.harness.model import LOOPBACK_KEY, is_loopback
 from durable_harness.harness.settings import Settings
@@ -41,27 +40,12 @@ DEFAULT_BASE_URL = "https://api.openai.com"
 #: model, which no OpenAI-compatible endpoint serves).
 DEFAULT_MODEL = "gpt-5-codex"
 HOME_PREFIX = "durable-harness-codex-"
-_REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 _versions_seen: dict[tuple[str, str], str] = {}  # (where, binary) -> version
 
 
 def find_codex() -> str:
     """The ``codex`` binary: $DURABLE_HARNESS_CODEX_BIN, the pinned install, or PATH."""
-    override = os.environ.get(BIN_ENV)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise ConfigError(f"{BIN_ENV}={override!r} is not an executable file")
-        return override
-    pinned = _REPO_BIN / "codex"
-    if os.access(pinned, os.X_OK):
-        return str(pinned)
-    found = shutil.which("codex")
-    if found is None:
-        raise ConfigError(
-            f"Codex is not installed: run scripts/setup (it installs @openai/codex@"
-            f"{CODEX_VERSION} into .tools/npm), or set {BIN_ENV} to a codex binary of that version"
-        )
-    return found
+    return find_cli("codex", BIN_ENV, "Codex", f"@openai/codex@{CODEX_VERSION}")
 
 
 def check_version(binary: str, host: CliHost | None = None) -> None:

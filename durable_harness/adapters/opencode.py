@@ -40,9 +40,7 @@ answering only from the journal: zero upstream calls, zero tool runs.
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -62,6 +60,7 @@ from durable_harness.adapters.cli_host import (
     CliLaunch,
     CliRun,
     HostCliHost,
+    find_cli,
     launch_steps,
     progress,
     stored_input,
@@ -119,7 +118,6 @@ __all__ = [
 ]
 
 BIN_ENV = "DURABLE_HARNESS_OPENCODE_BIN"
-_REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 _FLUSH_WAIT = 3.0  # seconds the database may take to show a tool call before a save
 _PLUGIN_WAIT = 20.0  # seconds the first model call waits for proof the plugin is live
 _versions_seen: dict[str, str] = {}
@@ -128,22 +126,7 @@ _versions_seen: dict[str, str] = {}
 def find_opencode() -> str:
     """The ``opencode`` binary: $DURABLE_HARNESS_OPENCODE_BIN, the project's pinned install
     (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
-    override = os.environ.get(BIN_ENV)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise ConfigError(f"{BIN_ENV}={override!r} is not an executable file")
-        return override
-    pinned = _REPO_BIN / "opencode"
-    if os.access(pinned, os.X_OK):
-        return str(pinned)
-    found = shutil.which("opencode")
-    if found is None:
-        raise ConfigError(
-            f"OpenCode is not installed: run scripts/setup (it installs opencode-ai@"
-            f"{OPENCODE_VERSION} into .tools/npm), or set {BIN_ENV} to an opencode binary "
-            "of that version"
-        )
-    return found
+    return find_cli("opencode", BIN_ENV, "OpenCode", f"opencode-ai@{OPENCODE_VERSION}")
 
 
 def check_version(binary: str, host: CliHost | None = None) -> None:

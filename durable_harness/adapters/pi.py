@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import threading
 import time
@@ -51,6 +50,7 @@ from durable_harness.adapters.cli_host import (
     CliLaunch,
     CliRun,
     HostCliHost,
+    find_cli,
     launch_steps,
     progress,
     stored_input,
@@ -98,7 +98,6 @@ EXTENSION = Path(__file__).with_name("pi_extension.js")
 #: Pi's built-in tools that only read; bash, edit, write (and anything else) are ``never``.
 SAFE_TOOLS = frozenset({"read", "grep", "find", "ls"})
 BUILTIN_TOOLS = SAFE_TOOLS | {"bash", "edit", "write"}
-_REPO_BIN = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 _FLUSH_WAIT = 3.0  # seconds the session file may take to show a tool call before a save
 _HOOKS_WAIT = 10.0  # seconds the first model call waits for proof the extension is live
 _AGENT_DIR = ".pi/agent"
@@ -111,22 +110,7 @@ _versions_seen: dict[str, str] = {}
 def find_pi() -> str:
     """The ``pi`` binary: $DURABLE_HARNESS_PI_BIN, the project's pinned install
     (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
-    override = os.environ.get(BIN_ENV)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise ConfigError(f"{BIN_ENV}={override!r} is not an executable file")
-        return override
-    pinned = _REPO_BIN / "pi"
-    if os.access(pinned, os.X_OK):
-        return str(pinned)
-    found = shutil.which("pi")
-    if found is None:
-        raise ConfigError(
-            f"Pi is not installed: run scripts/setup (it installs "
-            f"@mariozechner/pi-coding-agent@{PI_VERSION} into .tools/npm), or set "
-            f"{BIN_ENV} to a pi binary of that version"
-        )
-    return found
+    return find_cli("pi", BIN_ENV, "Pi", f"@mariozechner/pi-coding-agent@{PI_VERSION}")
 
 
 def check_version(binary: str, host: CliHost | None = None) -> None:
