@@ -54,7 +54,7 @@ from durable_harness.adapters.wire import ANTHROPIC, WireFormat, error_text
 from durable_harness.adapters.wire_chat import CHAT
 from durable_harness.adapters.wire_responses import RESPONSES
 from durable_harness.harness.errors import DurableHarnessError, ModelError, ReplayDivergence
-from durable_harness.harness.httpio import read_body
+from durable_harness.harness.httpio import BodyCut, read_body
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, sha256_hex
 from durable_harness.worlds.base import StepStatus
 
@@ -321,7 +321,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
         self.wire = WIRES.get(path) or _PLAIN_PATHS.get(path) or ANTHROPIC
-        body = self._read_body()
+        try:
+            body = self._read_body()
+        except BodyCut as exc:
+            # The CLI died mid-send: half a request is never journaled nor forwarded.
+            log.debug("%s: %s", path, exc)
+            return
         if body is None:
             self._api_error(413, "request_too_large", "request body is too large")
         elif path in WIRES:
@@ -338,7 +343,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._not_found()
 
     def do_DELETE(self) -> None:
-        self._read_body()
+        try:
+            self._read_body()
+        except BodyCut:
+            return
         self._not_found()
 
     def _api_authorized(self) -> bool:

@@ -79,7 +79,7 @@ from durable_harness.harness.fake_model_script import (
     sse_frame,
     stream_events,
 )
-from durable_harness.harness.httpio import read_body
+from durable_harness.harness.httpio import BodyCut, read_body
 
 __all__ = [
     "FakeModelServer",
@@ -441,7 +441,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
-        body = self._read_body()
+        try:
+            body = self._read_body()
+        except BodyCut as exc:
+            # Half a request from a client that is gone: not a request, so not logged.
+            log.debug("%s: %s", path, exc)
+            return
         if body is None:
             answer = _Answer(
                 status=413,
@@ -463,8 +468,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_PUT(self) -> None:
         # Read the body anyway: the connection stays alive for the client's next request.
-        if self._read_body() is None:
-            self.close_connection = True
+        try:
+            if self._read_body() is None:
+                self.close_connection = True
+        except BodyCut:
+            return
         self._not_found(urlsplit(self.path).path)
 
     do_DELETE = do_PATCH = do_PUT

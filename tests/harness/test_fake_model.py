@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -494,6 +495,30 @@ def test_client_killed_mid_stream_is_still_counted(serve: Serve, tmp_path: Path)
         model=MODEL, max_tokens=10, messages=user("Refund order 42")
     )
     assert message.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_client_killed_mid_send_is_not_a_request(
+    serve: Serve, tmp_path: Path, framing: str
+) -> None:
+    """Half a body (the sender died mid-send) is neither answered nor logged nor counted."""
+    server = serve(REFUND_SCRIPT, log=True)
+    body = json.dumps({"model": MODEL, "max_tokens": 10, "messages": user("Refund order 42")})
+    half = body[: len(body) // 2].encode()
+    if framing == "chunked":
+        head, payload = "Transfer-Encoding: chunked", f"{len(body):x}\r\n".encode() + half
+    else:
+        head, payload = f"Content-Length: {len(body)}", half
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: k\r\n{head}\r\n\r\n".encode()
+            + payload
+        )
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(1024) == b""  # closed without an answer
+    assert server.request_count == 0
+    assert (tmp_path / "log0.jsonl").read_text() == ""
 
 
 def test_delay_ms_waits_before_answering(serve: Serve) -> None:
