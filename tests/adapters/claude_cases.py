@@ -231,17 +231,34 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def kill_worker_and_cli(worker_pid: int) -> list[int]:
-    """SIGKILL the worker and the process group of its CLI (as an OOM kill or a lost
-    machine would); returns the pids that were below the worker, for later checks."""
+def kill_worker_and_cli(worker_pid: int, mark: str = "claude") -> list[int]:
+    """SIGKILL the worker and the process group of its CLI (a process below it whose
+    command line holds ``mark``), as an OOM kill or a lost machine would; returns the pids
+    that were below the worker, for later checks."""
     below = descendants(worker_pid)
-    cli = [p for p in below if "claude" in cmdline(p) and "reaper.py" not in cmdline(p)]
+    cli = [p for p in below if mark in cmdline(p) and "reaper.py" not in cmdline(p)]
     with contextlib.suppress(ProcessLookupError):
         os.kill(worker_pid, signal.SIGKILL)
     for pid in cli:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(os.getpgid(pid), signal.SIGKILL)
     return below
+
+
+def launch_processes(mark: str, where: str = "cmdline") -> list[int]:
+    """Live processes of any launch of a CLI: ``mark`` (the launch's private HOME prefix)
+    in their command line, or (``where="environ"``) in their environment."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / where).read_bytes()
+        except OSError:
+            continue
+        if mark.encode() in text:
+            pids.append(int(entry.name))
+    return alive(pids)
 
 
 def alive(pids: list[int]) -> list[int]:

@@ -17,13 +17,11 @@ the conversation only as tool output, never in a command.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from claude_cases import alive, cmdline, container_text, descendants, lines
+import claude_cases
+from claude_cases import container_text, lines
 from support import Harness, make_harness
 
 from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
@@ -198,21 +196,10 @@ def _runs(h: Harness, name: str, session: str | None) -> int:
 
 
 def kill_worker_and_cli(worker_pid: int) -> list[int]:
-    """SIGKILL the worker and the process group of its CLI; returns the pids below it."""
-    below = descendants(worker_pid)
-    cli = [p for p in below if "codex" in cmdline(p) and "reaper.py" not in cmdline(p)]
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(worker_pid, signal.SIGKILL)
-    for pid in cli:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-    return below
+    """SIGKILL the worker and the process group of its codex; returns the pids below it."""
+    return claude_cases.kill_worker_and_cli(worker_pid, "codex")
 
 
 def cli_processes() -> list[int]:
-    """Processes of any codex launch (their command lines or environment name the HOME)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and "durable-harness-codex-" in cmdline(int(entry.name)):
-            pids.append(int(entry.name))
-    return alive(pids)
+    """Processes of any codex launch (their command lines name the launch's HOME)."""
+    return claude_cases.launch_processes("durable-harness-codex-")

@@ -17,13 +17,11 @@ the shell, so they appear in the conversation only as tool output, never in a co
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from claude_cases import SECOND_PROMPT, bash_command, cmdline, descendants
+import claude_cases
+from claude_cases import SECOND_PROMPT, bash_command
 from support import Harness, make_harness
 
 HERE = Path(__file__).resolve().parent
@@ -172,11 +170,9 @@ def run_args(h: Harness, *extra: str, prompt: str = PROMPT) -> list[str]:
 def kill_worker_and_cli(worker_pid: int) -> list[int]:
     """SIGKILL the worker and the process group of its OpenCode (as an OOM kill or a lost
     machine would); returns the pids that were below the worker, for later checks."""
-    below = descendants(worker_pid)
-    cli = [p for p in below if "opencode" in cmdline(p) and "reaper.py" not in cmdline(p)]
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(worker_pid, signal.SIGKILL)
-    for pid in cli:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-    return below
+    return claude_cases.kill_worker_and_cli(worker_pid, "opencode")
+
+
+def cli_processes() -> list[int]:
+    """Processes of any opencode launch (their environment names the private HOME)."""
+    return claude_cases.launch_processes("HOME=/tmp/durable-harness-opencode-", "environ")

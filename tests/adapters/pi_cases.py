@@ -18,23 +18,18 @@ config) and only redoes the bash step if its effect is absent.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import claude_cases
 from claude_cases import (
     AGENT_CONFIG,
     FINAL,
     PROMPT,
     SECOND_PROMPT,
     SECOND_REPLY,
-    alive,
     bash_command,
     bash_runs,
-    cmdline,
-    descendants,
     lines,
 )
 from support import Harness, make_harness
@@ -169,21 +164,9 @@ def notify_runs(h: Harness) -> int:
 def kill_worker_and_cli(worker_pid: int) -> list[int]:
     """SIGKILL the worker and the process group of its pi CLI (as an OOM kill would);
     returns the pids that were below the worker, for later checks."""
-    below = descendants(worker_pid)
-    cli = [p for p in below if LAUNCH_MARK in cmdline(p) and "reaper.py" not in cmdline(p)]
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(worker_pid, signal.SIGKILL)
-    for pid in cli:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-    return below
+    return claude_cases.kill_worker_and_cli(worker_pid, LAUNCH_MARK)
 
 
 def cli_processes() -> list[int]:
     """Processes of any pi launch still alive."""
-    pids = [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit() and LAUNCH_MARK in cmdline(int(entry.name))
-    ]
-    return alive(pids)
+    return claude_cases.launch_processes(LAUNCH_MARK)

@@ -5,15 +5,15 @@ fake model's ``/v1/chat/completions`` through the journaling proxy, keyed by
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from claude_cases import alive, bash_runs, dump, model_keys, notify_runs, upstream_keys
-from opencode_cases import FINAL, kill_worker_and_cli, opencode_harness
+from claude_cases import bash_runs, dump, model_keys, notify_runs, upstream_keys
+from kill_matrix import Cli, Point, points, run_point
+from opencode_cases import FINAL, cli_processes, kill_worker_and_cli, opencode_harness
 from support import Harness, ids_of
-from wire_cases import Cli, Point, kill_and_resume, kill_points, wire_run_args
+from wire_cases import CHAT_POINTS, wire_run_args
 
 API = "openai-compatible"
 MODEL = "claude-sonnet-4-5"
@@ -75,32 +75,23 @@ def test_same_prompt_same_keys_another_prompt_not(h: Harness) -> None:
     assert not set(model_keys(h.show(ids_of(other)["turn"]))) & set(keys_1)
 
 
-def _launch_processes() -> list[int]:
-    """Processes of any opencode launch (their environment names the private HOME)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if b"HOME=/tmp/durable-harness-opencode-" in environ:
-            pids.append(int(entry.name))
-    return alive(pids)
+OPENCODE = Cli(
+    name="opencode/openai-compatible",
+    kill=kill_worker_and_cli,
+    launches=cli_processes,
+    final=FINAL,
+    timeout=300,
+)
 
 
-OPENCODE = Cli(kill=kill_worker_and_cli, launches=_launch_processes, final=FINAL, timeout=300)
-
-
-@pytest.mark.parametrize("point", kill_points(BASH_SEQ), ids=lambda p: p.name.replace(" ", "-"))
+@pytest.mark.parametrize(
+    "point", [p for p in points(BASH_SEQ) if p.name in CHAT_POINTS], ids=lambda p: p.id
+)
 def test_kill_matrix(tmp_path: Path, point: Point) -> None:
     harness = opencode_harness(
         tmp_path, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms, notify=True
     )
-    for h in harness:
-        row = kill_and_resume(h, run_args(h), point, OPENCODE)
-        print("\nKILL-MATRIX opencode/openai-compatible " + json.dumps(row))
+    run_point(harness, run_args, point, OPENCODE, "host")
 
 
 def test_an_unknown_api_is_refused(h: Harness) -> None:

@@ -4,15 +4,15 @@ journaling proxy, keyed by :class:`~.canonical_chat.ChatCanonicalizer` with Pi's
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from claude_cases import dump, model_keys, upstream_keys
+from kill_matrix import Cli, Point, points, run_point
 from pi_cases import FINAL, bash_runs, cli_processes, kill_worker_and_cli, notify_runs, pi_harness
 from support import Harness, ids_of
-from wire_cases import Cli, Point, kill_and_resume, kill_points, wire_run_args
+from wire_cases import CHAT_POINTS, wire_run_args
 
 API = "openai-completions"
 MODEL = "claude-sonnet-4-5"
@@ -81,14 +81,17 @@ def test_same_prompt_same_keys_another_prompt_not(h: Harness) -> None:
     assert model_keys(h.show(ids_of(other)["turn"]))[0] != keys_1[0]
 
 
-PI = Cli(kill=kill_worker_and_cli, launches=cli_processes, final=FINAL)
+PI = Cli(
+    name="pi/openai-completions", kill=kill_worker_and_cli, launches=cli_processes, final=FINAL
+)
 
 
-@pytest.mark.parametrize("point", kill_points(BASH_SEQ), ids=lambda p: p.name.replace(" ", "-"))
+@pytest.mark.parametrize(
+    "point", [p for p in points(BASH_SEQ) if p.name in CHAT_POINTS], ids=lambda p: p.id
+)
 def test_kill_matrix(tmp_path: Path, point: Point) -> None:
-    for h in pi_harness(tmp_path, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms):
-        row = kill_and_resume(h, run_args(h), point, PI)
-        print("\nKILL-MATRIX pi/openai-completions " + json.dumps(row))
+    harness = pi_harness(tmp_path, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms)
+    run_point(harness, run_args, point, PI, "host")
 
 
 def test_responses_api_turn_and_replay(h: Harness) -> None:
