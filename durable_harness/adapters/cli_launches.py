@@ -13,7 +13,12 @@ Which launch (:func:`run_launches`), as in :mod:`.claude_code`:
 * the last launch's CLI still runs in the container (or ended well) after its worker
   died: follow it again from its first output line and finish that launch;
 * otherwise a new launch, planned by the adapter (a resume from the saved session
-  record when there is one);
+  record when there is one). Before it is planned, the waits the last launch stopped at
+  are settled (:meth:`~.cli_waits.WaitGate.settle`, stop mode: neither CLI has a
+  ``defer``): an outcome recorded now is quoted by the resume message; a wait still
+  pending parks the turn again, no CLI started. A launch stopped at a pending wait stays
+  an intent (its CLI is gone, its session record saved before the wait's intent) and its
+  ``TurnSuspended`` parks the turn;
 * ``durable-harness replay`` runs the last finished launch again under its own job id,
   the proxy answering only from the journal.
 """
@@ -37,7 +42,8 @@ from durable_harness.adapters.cli_host import (
     launch_steps,
     stored_input,
 )
-from durable_harness.harness.errors import ConfigError, ReplayDivergence
+from durable_harness.adapters.cli_waits import WaitGate
+from durable_harness.harness.errors import ConfigError, ReplayDivergence, TurnSuspended
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
@@ -85,6 +91,9 @@ def open_cli_host(
 
 
 class Launcher(Protocol):
+    #: The launch's wait gate (stop mode): settled before a new launch is planned.
+    gate: WaitGate
+
     def plan(self, number: int) -> dict[str, Any]:
         """How launch ``number`` starts."""
 
@@ -109,11 +118,12 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
         cli = host.attach(job)
         if cli is not None:  # the CLI of an earlier worker runs on (Docker): finish it
             plan = json.loads(stored_input(run.world, last))
-            result = launcher.run(plan, job, cli)
+            result = _run(launcher, host, plan, job, cli)
             meta = {"source": "cli", "reattached": True}
             journal.end(OpenStep(last, time.monotonic()), Outcome(result, meta))
             return str(result["reply"])
     number = len(launches)
+    launcher.gate.settle()  # a wait still pending raises TurnSuspended: parks again
     plan = launcher.plan(number)
     begun = journal.begin_keyed(
         kind="agent",
@@ -125,9 +135,21 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
     )
     if isinstance(begun, StepResult):  # cannot happen: the key is new
         return str(begun.value["reply"])
-    result = launcher.run(plan, job_id(turn.turn_id, number))
+    result = _run(launcher, host, plan, job_id(turn.turn_id, number))
     journal.end(begun, Outcome(result, {"source": "cli"}))
     return str(result["reply"])
+
+
+def _run(
+    launcher: Launcher, host: CliHost, plan: dict[str, Any], job: str, cli: CliRun | None = None
+) -> dict[str, Any]:
+    try:
+        return launcher.run(plan, job, cli)
+    except TurnSuspended:
+        # Stopped at a pending wait (its CLI is gone): the launch stays an intent, its
+        # HOME goes; the next delivery settles the wait and resumes the saved session.
+        host.finish(job)
+        raise
 
 
 class Workspaces:

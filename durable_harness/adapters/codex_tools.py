@@ -44,11 +44,15 @@ class CodexHostTools(HostToolServer):
 
 
 def save_before_host_calls(
-    journal: Journal, inner: Control, saver: Callable[[str | None, str], None] | None
+    journal: Journal,
+    inner: Control,
+    saver: Callable[[str | None, str], None] | None,
+    prefix: str = HOST_TOOL_PREFIX,
 ) -> Control:
     """The hooks' handler, saving the rollout (``saver``) before a host tool's PreToolUse:
     the MCP handler records that call's intent, and a resume must know the call exists (as
-    for the CLI's own tools, whose ``before_intent`` precedes their intent)."""
+    for the CLI's own tools, whose ``before_intent`` precedes their intent). ``prefix``:
+    how the CLI's hooks name a host tool (Codex's by default; Pi and OpenCode use it too)."""
 
     def control(event: str, payload: dict[str, Any]) -> dict[str, Any]:
         name = str(payload.get("tool_name") or "")
@@ -56,7 +60,7 @@ def save_before_host_calls(
         if (
             event == "PreToolUse"
             and saver is not None
-            and name.startswith(HOST_TOOL_PREFIX)
+            and name.startswith(prefix)
             and call_id
             and journal.lookup(f"tool:{call_id}") is None
         ):

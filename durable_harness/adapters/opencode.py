@@ -14,8 +14,12 @@ each a journal step ``launch:<n>``. Inside a launch:
   :class:`~.hooks.ToolHooks` and blocks the tool unless the harness allows it (fail
   closed), with :class:`OpenCodeReplayPolicy` labels; the user's host tools are served
   over MCP by the harness (:mod:`.opencode_tools`) under their own labels;
+* the wait tools (``wait_for_signal``, ``sleep_until``) are served over MCP with them and
+  gated at their ``tool.execute.before`` by :class:`~.cli_waits.WaitGate` in stop mode
+  (OpenCode has no ``defer``): a wait still pending stops the CLI and parks the turn; the
+  next delivery settles the wait before resuming;
 * its session database is saved to the World before every tool intent and after the
-  launch (:mod:`.opencode_session`).
+  launch (:mod:`.opencode_session`), and before a host tool's call.
 
 OpenCode runs non-interactively (``opencode run --format json``) in the turn's workspace
 with a fresh private HOME and XDG folders, no auto-update, no models.dev fetch, no
@@ -72,6 +76,8 @@ from durable_harness.adapters.cli_launches import (
     open_cli_host,
     run_launches,
 )
+from durable_harness.adapters.cli_waits import WaitGate
+from durable_harness.adapters.codex_tools import save_before_host_calls
 from durable_harness.adapters.hooks import ReplayPolicy, ToolHooks
 from durable_harness.adapters.opencode_home import (
     DATABASE,
@@ -225,6 +231,10 @@ class _Launch:
         self.store = DatabaseStore(self.world)
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)
+        secret = str(self.turn.config.get("signal_secret", ""))
+        # OpenCode has no `defer`: the gate's stop mode (cli_waits) stops the CLI at a
+        # pending wait; run_launches settles the wait before the next launch.
+        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
 
     # -- what to run -----------------------------------------------------------------
     def plan(self, number: int) -> dict[str, Any]:
@@ -244,7 +254,7 @@ class _Launch:
     def _close_interrupted(self) -> None:
         """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
         policy = OpenCodeReplayPolicy(self.config)
-        host = {t.name: t for t in self.tools}
+        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
         for step in list(self.journal.recorded.values()):
             if step.kind != "tool" or step.status is not StepStatus.INTENT:
                 continue
@@ -278,21 +288,31 @@ class _Launch:
         sandbox = getattr(host, "sandbox", None)
         if cli is None and sandbox is not None and not self.journal.replay_only:
             self.workspaces.restore(sandbox)  # a new container gets the workspace back
+        saver = None if self.journal.replay_only else self._saver(database)
         hooks = ToolHooks(
             self.journal,
             OpenCodeReplayPolicy(self.config),
             host_tool_prefix=HOST_TOOL_PREFIX,
-            before_intent=None if self.journal.replay_only else self._saver(database),
+            before_intent=saver,
+            waits=self.gate,
             outcome_meta=None if sandbox is None else self.workspaces.saver(sandbox),
             adopt=cli is not None,
         )
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
         call_ids = CallIds()
-        mcp = OpenCodeHostTools(self.journal, self.tools, self.turn.session_id, call_ids=call_ids)
+        tools = [*self.tools, *self.gate.tools]
+        mcp = OpenCodeHostTools(
+            self.journal,
+            tools,
+            self.turn.session_id,
+            self.gate.signal_secret,
+            call_ids=call_ids,
+        )
+        control = save_before_host_calls(self.journal, hooks.handle, saver, HOST_TOOL_PREFIX)
         callbacks = ProxyCallbacks(
             on_request=self._on_request(hooks),
-            control=call_ids.control(hooks.handle),
+            control=call_ids.control(control),
             mcp=mcp.handle,
         )
         proxy = JournalingProxy(
@@ -305,6 +325,7 @@ class _Launch:
         events = _Events()
         with proxy:
             endpoint = host.endpoint(proxy.url, job)
+            self.gate.stop = proxy.fail  # a pending wait stops the CLI (then parks)
             if cli is None:
                 model = str(self.run_.config.get("model") or self.run_.settings.model)
                 files, env = home_files(
@@ -313,7 +334,7 @@ class _Launch:
                     harness_url=endpoint,
                     token=token,
                     model=model,
-                    mcp=bool(self.tools),
+                    mcp=True,  # the host tools and the wait tools
                     retry=host.durable,
                     api=self.config.provider.api,
                 )
@@ -324,7 +345,10 @@ class _Launch:
                     argv += ["--session", session]
                 argv += ["--", str(plan["message"])]
                 cli = host.start(CliLaunch(job, argv, env, b"", files))
-            finished = supervise(cli, proxy, lambda line: self._event(line, events))
+            try:
+                finished = supervise(cli, proxy, lambda line: self._event(line, events))
+            finally:
+                self.gate.stopped.set()  # the CLI is gone: release a held wait hook
         reply = self._reply(events, finished.status, finished.stderr, proxy)
         final = self._database(database)
         result: dict[str, Any] = {"reply": reply, "session": session or events.session}

@@ -10,7 +10,11 @@ for Claude Code. The rest mirrors :mod:`.claude_code`:
   Claude-Code-shaped hook payloads to :class:`~.hooks.ToolHooks` (fail closed: a tool
   never runs unless its intent was recorded), with :class:`PiReplayPolicy` labels; the
   user's host tools are registered as Pi tools that call the harness's MCP endpoint
-  (Pi itself has no MCP client);
+  (Pi itself has no MCP client); their calls reach the hooks too, named
+  ``mcp__durable-harness__<tool>``, so Pi's session file is saved before their intent;
+* the wait tools (``wait_for_signal``, ``sleep_until``) are host tools gated by
+  :class:`~.cli_waits.WaitGate` in stop mode (Pi has no ``defer``): a wait still pending
+  stops the CLI and parks the turn; the next delivery settles the wait before resuming;
 * Pi's session file (``--session <file>``, set up front) is saved to the World before
   every tool intent and after the launch, restored for a resume, and the resumed CLI is
   told from the journal what happened to each call (:func:`~.claude_session.resume_message`).
@@ -62,8 +66,10 @@ from durable_harness.adapters.cli_launches import (
     open_cli_host,
     run_launches,
 )
+from durable_harness.adapters.cli_waits import WaitGate
+from durable_harness.adapters.codex_tools import save_before_host_calls
 from durable_harness.adapters.hooks import ReplayPolicy, ToolHooks
-from durable_harness.adapters.mcp import HostToolServer
+from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.pi_session import pi_session_facts
 from durable_harness.adapters.provider_api import (
     PiConfig,
@@ -104,6 +110,8 @@ _AGENT_DIR = ".pi/agent"
 _SESSION = f"{_AGENT_DIR}/sessions/durable-harness.jsonl"
 _ENDPOINT_FILE = "durable-harness-endpoint.json"
 _EXTENSION_FILE = "durable-harness-pi.js"
+#: How the extension names a host tool (or a wait tool) to the hooks, as Claude Code does.
+HOST_TOOL_PREFIX = f"mcp__{SERVER_NAME}__"
 _versions_seen: dict[str, str] = {}
 
 
@@ -205,6 +213,10 @@ class _Launch:
         self.store = TranscriptStore(self.world, record_prefix=RECORD_PREFIX)
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)
+        secret = str(self.turn.config.get("signal_secret", ""))
+        # Pi has no `defer`: the gate's stop mode (cli_waits) stops the CLI at a pending
+        # wait; run_launches settles the wait before the next launch.
+        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
 
     # -- what to run -----------------------------------------------------------------
     def plan(self, number: int) -> dict[str, Any]:
@@ -227,7 +239,7 @@ class _Launch:
     def _close_interrupted(self) -> None:
         """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
         policy = PiReplayPolicy(self.config)
-        host = {t.name: t for t in self.tools}
+        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
         for step in list(self.journal.recorded.values()):
             if step.kind != "tool" or step.status is not StepStatus.INTENT:
                 continue
@@ -253,19 +265,25 @@ class _Launch:
         sandbox = getattr(host, "sandbox", None)
         if cli is None and sandbox is not None and not self.journal.replay_only:
             self.workspaces.restore(sandbox)  # a new container gets the workspace back
+        saver = None if self.journal.replay_only else self._saver(session)
         hooks = ToolHooks(
             self.journal,
             PiReplayPolicy(self.config),
-            host_tool_prefix="\0",  # host tools never reach the hooks (the extension)
-            before_intent=None if self.journal.replay_only else self._saver(session),
+            host_tool_prefix=HOST_TOOL_PREFIX,  # how the extension names a host tool
+            before_intent=saver,
+            waits=self.gate,
             outcome_meta=None if sandbox is None else self.workspaces.saver(sandbox),
             adopt=cli is not None,
         )
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
-        mcp = HostToolServer(self.journal, self.tools, self.turn.session_id)
+        tools = [*self.tools, *self.gate.tools]
+        mcp = HostToolServer(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
+        control = save_before_host_calls(
+            self.journal, self._control(hooks), saver, prefix=HOST_TOOL_PREFIX
+        )
         callbacks = ProxyCallbacks(
-            on_request=self._on_request(hooks), control=self._control(hooks), mcp=mcp.handle
+            on_request=self._on_request(hooks), control=control, mcp=mcp.handle
         )
         proxy = JournalingProxy(
             self.journal,
@@ -277,9 +295,13 @@ class _Launch:
         events = _Events()
         with proxy:
             endpoint = host.endpoint(proxy.url, job)
+            self.gate.stop = proxy.fail  # a pending wait stops the CLI (then parks)
             if cli is None:
                 cli = host.start(self._launch(job, binary, home, endpoint, token, plan))
-            finished = supervise(cli, proxy, lambda line: self._event(line, events))
+            try:
+                finished = supervise(cli, proxy, lambda line: self._event(line, events))
+            finally:
+                self.gate.stopped.set()  # the CLI is gone: release a held wait hook
         reply = self._reply(events, finished.status, finished.stderr, proxy)
         final = host.read_file(session) or b""
         result: dict[str, Any] = {"reply": reply}
@@ -306,9 +328,14 @@ class _Launch:
         settings = {"retry": {"enabled": retries > 0, "maxRetries": retries}}
         host_tools = [
             {"name": t.name, "description": t.description, "inputSchema": t.json_schema()}
-            for t in self.tools
+            for t in [*self.tools, *self.gate.tools]
         ]
-        endpoint: dict[str, Any] = {"url": url, "token": token, "hostTools": host_tools}
+        endpoint: dict[str, Any] = {
+            "url": url,
+            "token": token,
+            "hostTools": host_tools,
+            "hostToolPrefix": HOST_TOOL_PREFIX,
+        }
         if self.host.durable:
             endpoint["retry"] = True  # the CLI outlives a dead worker: wait for the next
         files = {

@@ -10,16 +10,19 @@
 //   journal's result (the call was recorded before), that result replaces Pi's.
 // * session_start: POST /_dh/SessionStart, the proof the harness waits for before it
 //   answers the first model call.
-// * the user's host tools (listed in the endpoint file) are registered as Pi tools whose
-//   execute() calls the harness's MCP endpoint: the harness runs and journals them.
+// * the user's host tools and the wait tools (listed in the endpoint file) are registered
+//   as Pi tools whose execute() calls the harness's MCP endpoint: the harness runs and
+//   journals them. Their tool_call posts PreToolUse too, the name prefixed with
+//   hostToolPrefix: the harness saves the session file first, and a wait still pending
+//   stops this CLI there (the harness's wait gate, stop mode).
 //
 // In the Docker sandbox the endpoint file also says {retry: true}: the CLI outlives its
 // worker, so a request whose connection failed (the worker died) is sent again until a
 // new worker answers (every hook is idempotent on the journal), for up to ten minutes.
 //
-// The endpoint file ({url, token, hostTools, retry}) lives in the launch's private HOME; its
-// path comes in DURABLE_HARNESS_PI_ENDPOINT. Plain JavaScript (Pi loads it with jiti), no
-// imports beyond Node's own.
+// The endpoint file ({url, token, hostTools, hostToolPrefix, retry}) lives in the
+// launch's private HOME; its path comes in DURABLE_HARNESS_PI_ENDPOINT. Plain JavaScript
+// (Pi loads it with jiti), no imports beyond Node's own.
 import { readFileSync } from "node:fs";
 
 const ENDPOINT_ENV = "DURABLE_HARNESS_PI_ENDPOINT";
@@ -73,14 +76,14 @@ export default function durableHarness(pi) {
   });
 
   pi.on("tool_call", async (event) => {
-    if (hostTools.has(event.toolName)) {
-      return undefined; // journaled by the harness's MCP handler when it runs
-    }
+    // A host tool is journaled by the harness's MCP handler when it runs; its PreToolUse
+    // (under the prefixed name) only saves the session and gates the wait tools.
+    const host = hostTools.has(event.toolName);
     let reply;
     try {
       reply = await post("PreToolUse", {
         hook_event_name: "PreToolUse",
-        tool_name: event.toolName,
+        tool_name: host ? `${endpoint.hostToolPrefix || ""}${event.toolName}` : event.toolName,
         tool_input: event.input,
         tool_use_id: event.toolCallId,
       });
