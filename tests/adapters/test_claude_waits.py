@@ -95,6 +95,9 @@ def _harness(tmp_path: Path, script: Path, world_env: dict[str, str]) -> Iterato
         h.env[UNSAFE_HOST_ENV] = "1"  # the CLI on a host folder: fast; Docker is tested apart
         h.env["CI_RUNS"] = str(tmp_path / "ci-runs.txt")
         h.env["CI_RESULT"] = json.dumps({"status": "failed", "failing": "test_price"})
+        # CI reports only once the test has killed the worker during the wait
+        # (release_ci): on a slow machine a result that came first would never park the turn.
+        h.env["CI_HOLD"] = str(tmp_path / "ci-may-report")
         server = h.popen("signal-server", "--port", "0")
         assert server.stdout is not None
         line = server.stdout.readline()
@@ -109,6 +112,11 @@ def _harness(tmp_path: Path, script: Path, world_env: dict[str, str]) -> Iterato
             for pid in pids.read_text().split() if pids.exists() else []:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(int(pid), signal.SIGKILL)  # CI jobs still sleeping
+
+
+def release_ci(h: Harness) -> None:
+    """Let the CI job started by the turn report (see ``CI_HOLD``)."""
+    Path(h.env["CI_HOLD"]).touch()
 
 
 def _run_args(h: Harness, prompt: str) -> list[str]:
@@ -129,7 +137,7 @@ def _status(h: Harness, turn_id: str) -> str:
 
 
 def test_claude_code_waits_for_ci_without_a_worker(ci: Harness) -> None:
-    out = ci.cli(*_run_args(ci, "Make CI green"), CI_SECONDS="12")
+    out = ci.cli(*_run_args(ci, "Make CI green"))
     assert out.returncode == 0, out.stderr
     turn_id = ids_of(out)["turn"]
     worker = ci.popen("worker")
@@ -140,6 +148,7 @@ def test_claude_code_waits_for_ci_without_a_worker(ci: Harness) -> None:
     turn = ci.show(turn_id)["turn"]
     assert turn["lease_owner"] is None, turn  # nobody holds the turn
     assert "signal 'ci'" in turn["waiting_for"]
+    release_ci(ci)  # CI reports now, while no worker runs
     with _open_world(ci) as world:
         wait_for(lambda: world.get_signal(turn_id, "ci") is not None, 60, "CI's webhook")
 

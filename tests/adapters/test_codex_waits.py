@@ -22,7 +22,7 @@ import pytest
 from claude_cases import container_text, wait_for
 from codex_cases import AGENT_CONFIG
 from support import FIXTURES, Harness, ids_of
-from test_claude_waits import _harness, _open_world, _status
+from test_claude_waits import _harness, _open_world, _status, release_ci
 
 from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
 
@@ -92,7 +92,7 @@ def _run_args(h: Harness, prompt: str) -> list[str]:
 
 
 def test_codex_waits_for_ci_without_a_worker(ci: Harness) -> None:
-    out = ci.cli(*_run_args(ci, "Make CI green"), CI_SECONDS="12")
+    out = ci.cli(*_run_args(ci, "Make CI green"))
     assert out.returncode == 0, out.stderr
     turn_id = ids_of(out)["turn"]
     worker = ci.popen("worker")
@@ -103,6 +103,7 @@ def test_codex_waits_for_ci_without_a_worker(ci: Harness) -> None:
     turn = ci.show(turn_id)["turn"]
     assert turn["lease_owner"] is None, turn  # nobody holds the turn
     assert "signal 'ci'" in turn["waiting_for"]
+    release_ci(ci)  # CI reports now, while no worker runs
     with _open_world(ci) as world:
         wait_for(lambda: world.get_signal(turn_id, "ci") is not None, 60, "CI's webhook")
         stored = world.get_turn(turn_id)

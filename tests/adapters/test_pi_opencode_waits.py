@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from claude_cases import container_text, wait_for
 from support import FIXTURES, Harness, ids_of
-from test_claude_waits import _harness, _status
+from test_claude_waits import _harness, _status, release_ci
 from test_codex_waits import _cmdline, _container_processes, _pids
 
 from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
@@ -146,7 +146,7 @@ def _rules(h: Harness) -> list[str]:
 
 
 def test_waits_for_ci_without_a_worker(ci: Harness) -> None:
-    out = ci.cli(*_run_args(ci, "Make CI green"), CI_SECONDS="12")
+    out = ci.cli(*_run_args(ci, "Make CI green"))
     assert out.returncode == 0, out.stderr
     turn_id, session = ids_of(out)["turn"], ids_of(out)["session"]
     worker = ci.popen("worker")
@@ -162,6 +162,7 @@ def test_waits_for_ci_without_a_worker(ci: Harness) -> None:
     else:
         mark = _LAUNCH_MARK[_cli(ci)]
         assert not any(mark in _cmdline(p) for p in _pids()), "a CLI runs"
+    release_ci(ci)  # CI reports now, while no worker runs
     with _open_world(ci) as world:
         wait_for(lambda: world.get_signal(turn_id, "ci") is not None, 60, "CI's webhook")
         stored = world.get_turn(turn_id)
