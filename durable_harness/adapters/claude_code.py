@@ -17,7 +17,7 @@ durable-harness session and a per-launch token instead of any provider key, wher
 :class:`~.cli_host.CliHost` puts it: in the session's Docker container as a detached job
 that outlives the worker (:mod:`.cli_docker`, the only place it runs by default), or on a
 host folder under :mod:`.reaper` (a developer-only opt-in, :data:`~.cli_host.UNSAFE_HOST_ENV`).
-Which launch runs next:
+Which launch runs next (:func:`~.cli_launches.run_launches`, shared by every CLI adapter):
 
 * the last launch finished (the worker died after the CLI did): its reply, no CLI run;
 * the last launch's CLI still runs in the container (or ended well) after its worker
@@ -26,7 +26,9 @@ Which launch runs next:
 * a transcript of this turn was saved: restore it and ``--resume`` with a message written
   from the journal (:func:`~.claude_session.resume_message`);
 * otherwise the turn starts as it first did (the session's previous transcript and the
-  prompt), so its first model call is answered from the journal if it was recorded.
+  prompt), so its first model call is answered from the journal if it was recorded;
+* the last launch ended deferred at a wait (:mod:`.cli_waits`, defer mode): once the
+  wait is settled, ``--resume`` with an empty prompt, which runs the deferred call again.
 
 ``durable-harness replay`` runs the turn's last launch again, as recorded, with the proxy
 answering only from the journal: zero upstream calls, zero tool runs.
@@ -46,7 +48,6 @@ from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.canonical import ClaudeCodeCanonicalizer
 from durable_harness.adapters.claude_output import LaunchOutput
 from durable_harness.adapters.claude_session import (
-    LAUNCH_PREFIX,
     TranscriptStore,
     latest_turn_transcript,
     previous_turn_transcript,
@@ -57,29 +58,20 @@ from durable_harness.adapters.claude_setup import (
     check_version,
     claude_session_id,
     find_claude,
-    job_id,
     launch_token,
     open_host,
     project_dir_name,
     workspace_of,
     workspace_spec,
 )
-from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, supervise
+from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, launch_steps, supervise
+from durable_harness.adapters.cli_launches import finished_reply, run_launches
 from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
-from durable_harness.harness.errors import (
-    DurableHarnessError,
-    ReplayDivergence,
-    TurnFailed,
-)
 from durable_harness.harness.journal import (
     BLOB_PREFIX,
-    Journal,
-    OpenStep,
-    Outcome,
-    StepResult,
     decode_output,
 )
 from durable_harness.harness.model import is_loopback, resolve_endpoint
@@ -124,86 +116,11 @@ class ClaudeCodeAdapter(Adapter):
             check_version(find_claude())
 
     def run_turn(self, run: TurnRun) -> str:
-        launches = _launch_steps(run.journal)
-        last_done = _finished(run.world, launches)
-        finished = last_done is not None and not last_done.get("deferred")
-        if finished and last_done is not None and not run.journal.replay_only:
-            return str(last_done["reply"])
+        reply = finished_reply(run)
+        if reply is not None:
+            return reply
         with open_host(run.config, run.turn.session_id) as host:
-            if run.journal.replay_only:
-                return _replay(run, host, launches)
-            launch = _Launch(run, host)
-            last = launches[-1] if launches else None
-            if last is not None and last.status is StepStatus.INTENT and host.durable:
-                # The CLI of an earlier worker may still run (Docker): finish that launch.
-                cli = host.attach(job_id(run.turn.turn_id, len(launches) - 1))
-                if cli is not None:
-                    plan = json.loads(_stored_input(run.world, last))
-                    job = job_id(run.turn.turn_id, len(launches) - 1)
-                    result = launch.run(plan, job, cli)
-                    run.journal.end(
-                        OpenStep(last, time.monotonic()),
-                        Outcome(result, {"source": "cli", "reattached": True}),
-                    )
-                    host.finish(job)
-                    return _reply_or_park(result, launch, reattached=True)
-            number = len(launches)
-            plan = launch.plan(number, last_done)
-            begun = run.journal.begin_keyed(
-                kind="agent",
-                name=self.name,
-                key=f"{LAUNCH_PREFIX}{number}",
-                input=plan,
-                replay="safe",
-                store_input=True,
-            )
-            if isinstance(begun, StepResult):  # cannot happen: the key is new
-                return str(begun.value["reply"])
-            job = job_id(run.turn.turn_id, number)
-            result = launch.run(plan, job)
-            run.journal.end(begun, Outcome(result, {"source": "cli"}))
-            host.finish(job)
-            return _reply_or_park(result, launch, reattached=False)
-
-
-def _reply_or_park(result: dict[str, Any], launch: _Launch, *, reattached: bool) -> str:
-    """The launch's reply; or, when the CLI stopped at a wait (cli_waits), park the turn:
-    the next delivery resumes the CLI, whose hook then finds the wait over (or defers
-    again)."""
-    if not result.get("deferred"):
-        return str(result["reply"])
-    if launch.gate.suspended is not None:
-        raise launch.gate.suspended
-    if reattached:
-        # The dead worker's hook deferred the call: the next delivery resumes the CLI,
-        # and its hook asks the wait again.
-        raise DurableHarnessError("Claude Code stopped at a wait; the turn resumes to ask again")
-    raise TurnFailed("Claude Code deferred a tool call that durable-harness did not defer")
-
-
-def _finished(world: World, launches: list[Step]) -> dict[str, Any] | None:
-    """The outcome of the turn's last launch, if it finished."""
-    if not launches or launches[-1].status is not StepStatus.DONE:
-        return None
-    value: dict[str, Any] = decode_output(world, launches[-1])
-    return value
-
-
-def _launch_steps(journal: Journal) -> list[Step]:
-    steps = sorted(journal.recorded.values(), key=lambda s: s.seq)
-    return [s for s in steps if s.key.startswith(LAUNCH_PREFIX)]
-
-
-def _replay(run: TurnRun, host: CliHost, launches: list[Step]) -> str:
-    """Run the turn's last finished launch again, the proxy answering from the journal."""
-    done = [s for s in launches if s.status is StepStatus.DONE]
-    if not done:
-        raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
-    plan = json.loads(_stored_input(run.world, done[-1]))
-    job = f"{run.turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
-    result = _Launch(run, host).run(plan, job)
-    host.finish(job)
-    return str(result["reply"])
+            return run_launches(run, self.name, host, _Launch(run, host))
 
 
 def _stored_input(world: World, step: Step) -> str:
@@ -233,15 +150,19 @@ class _Launch:
         self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
 
     # -- what to run -----------------------------------------------------------------
-    def plan(self, number: int, last: dict[str, Any] | None = None) -> dict[str, Any]:
+    def plan(self, number: int) -> dict[str, Any]:
         """How launch ``number`` starts: mode, prompt and the transcript to restore.
 
-        ``last`` is the outcome of the previous launch when it finished deferred (at a
-        wait): the CLI resumes with an empty prompt, which runs the deferred call.
+        When the previous launch finished deferred (at a wait, settled by now), the CLI
+        resumes with an empty prompt, which runs the deferred call again.
         """
-        if last is not None and last.get("deferred"):
-            transcript = last["transcript"]
-            return {"mode": "resume", "message": "", "transcript": transcript, "launch": number}
+        launches = launch_steps(self.journal)
+        last = launches[-1] if launches else None
+        if last is not None and last.status is StepStatus.DONE:
+            last_outcome: dict[str, Any] = decode_output(self.world, last)
+            if last_outcome.get("deferred"):
+                transcript = last_outcome["transcript"]
+                return {"mode": "resume", "message": "", "transcript": transcript, "launch": number}
         turn, epoch = self.turn, self.journal.lease.epoch
         saved = latest_turn_transcript(self.world, turn.session_id, turn.turn_id, epoch)
         if saved is None:

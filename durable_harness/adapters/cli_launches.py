@@ -1,26 +1,34 @@
-"""The launches of a turn, for the CLI adapters that run on a :class:`~.cli_host.CliHost`
-the same way (Pi, OpenCode): where the CLI runs, which launch runs next, and the
-session's workspace in a new container.
+"""The launches of a turn, for every CLI adapter (Claude Code, Codex, Pi, OpenCode):
+which launch runs next, where the CLI runs (Pi, OpenCode), and the session's workspace in
+a new container.
 
-Where (:func:`open_cli_host`): ``--workspace docker`` is the session's container
-(:class:`~.cli_docker.DockerCliHost`); any other folder is the local sandbox, the CLI as
-a child of the worker on that folder (:class:`~.cli_host.HostCliHost`). Unlike Claude
-Code and Codex, Pi and OpenCode need no developer opt-in for a host folder: their
-issue asks for "Docker or local sandbox".
+Which launch (:func:`run_launches`; a launch is one run of the CLI, a journal step keyed
+``launch:<n>`` whose input is the adapter's plan and whose outcome holds the reply):
 
-Which launch (:func:`run_launches`), as in :mod:`.claude_code`:
-
-* the last launch's CLI still runs in the container (or ended well) after its worker
-  died: follow it again from its first output line and finish that launch;
-* otherwise a new launch, planned by the adapter (a resume from the saved session
-  record when there is one). Before it is planned, the waits the last launch stopped at
-  are settled (:meth:`~.cli_waits.WaitGate.settle`, stop mode: neither CLI has a
-  ``defer``): an outcome recorded now is quoted by the resume message; a wait still
-  pending parks the turn again, no CLI started. A launch stopped at a pending wait stays
-  an intent (its CLI is gone, its session record saved before the wait's intent) and its
-  ``TurnSuspended`` parks the turn;
+* the last launch finished and was journaled, but its worker died before the turn was
+  marked done: its reply, no CLI started;
+* the last launch is an intent and its CLI still runs in the container (or ended) after
+  its worker died: follow it again from its first output line and finish that launch;
+* otherwise a new launch, planned by the adapter (a resume from the saved session record
+  when there is one). Before it is planned, the waits the last launch stopped at are
+  settled (:meth:`~.cli_waits.WaitGate.settle`): an outcome recorded now is quoted by the
+  resume message; a wait still pending parks the turn again, no CLI started. A launch
+  stopped at a pending wait (stop mode: Codex, Pi, OpenCode) stays an intent (its CLI is
+  gone, its session record saved before the wait's intent) and its ``TurnSuspended``
+  parks the turn. A launch that ended *deferred* at a wait (defer mode: Claude Code) is
+  journaled with ``deferred`` set, and the wait parks the turn the same way;
 * ``durable-harness replay`` runs the last finished launch again under its own job id,
   the proxy answering only from the journal.
+
+A launch's job (its HOME, in the container its output files) is removed only once the
+launch is journaled: a worker that dies in between leaves it to the next worker, which
+re-attaches and reads the session record again.
+
+Where (:func:`open_cli_host`, Pi and OpenCode): ``--workspace docker`` is the session's
+container (:class:`~.cli_docker.DockerCliHost`); any other folder is the local sandbox,
+the CLI as a child of the worker on that folder (:class:`~.cli_host.HostCliHost`).
+Unlike Claude Code and Codex, Pi and OpenCode need no developer opt-in for a host
+folder: their issue asks for "Docker or local sandbox".
 """
 
 from __future__ import annotations
@@ -43,8 +51,14 @@ from durable_harness.adapters.cli_host import (
     stored_input,
 )
 from durable_harness.adapters.cli_waits import WaitGate
-from durable_harness.harness.errors import ConfigError, ReplayDivergence, TurnSuspended
-from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
+from durable_harness.harness.errors import (
+    ConfigError,
+    DurableHarnessError,
+    ReplayDivergence,
+    TurnFailed,
+    TurnSuspended,
+)
+from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
 from durable_harness.worlds.base import StepStatus, TurnStatus, World
@@ -53,6 +67,7 @@ __all__ = [
     "Launcher",
     "Workspaces",
     "check_where",
+    "finished_reply",
     "open_cli_host",
     "run_launches",
 ]
@@ -91,14 +106,15 @@ def open_cli_host(
 
 
 class Launcher(Protocol):
-    #: The launch's wait gate (stop mode): settled before a new launch is planned.
+    #: The launch's wait gate: settled before a new launch is planned.
     gate: WaitGate
 
     def plan(self, number: int) -> dict[str, Any]:
         """How launch ``number`` starts."""
 
     def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:
-        """Run launch ``job`` (or follow ``cli``, started by an earlier worker) to its end."""
+        """Run launch ``job`` (or follow ``cli``, started by an earlier worker) to its end;
+        its outcome: ``reply``, and ``deferred`` when the CLI stopped at a deferred wait."""
 
 
 def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) -> str:
@@ -111,7 +127,9 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
             raise ReplayDivergence(f"turn {turn.turn_id} has no finished launch of the CLI")
         plan = json.loads(stored_input(run.world, done[-1]))
         job = f"{turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
-        return str(launcher.run(plan, job)["reply"])
+        result = launcher.run(plan, job)
+        host.finish(job)
+        return str(result["reply"])
     last = launches[-1] if launches else None
     if last is not None and last.status is StepStatus.INTENT and host.durable:
         job = job_id(turn.turn_id, len(launches) - 1)
@@ -121,7 +139,8 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
             result = _run(launcher, host, plan, job, cli)
             meta = {"source": "cli", "reattached": True}
             journal.end(OpenStep(last, time.monotonic()), Outcome(result, meta))
-            return str(result["reply"])
+            host.finish(job)
+            return _reply(result, launcher, reattached=True)
     number = len(launches)
     launcher.gate.settle()  # a wait still pending raises TurnSuspended: parks again
     plan = launcher.plan(number)
@@ -135,9 +154,22 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
     )
     if isinstance(begun, StepResult):  # cannot happen: the key is new
         return str(begun.value["reply"])
-    result = _run(launcher, host, plan, job_id(turn.turn_id, number))
+    job = job_id(turn.turn_id, number)
+    result = _run(launcher, host, plan, job)
     journal.end(begun, Outcome(result, {"source": "cli"}))
-    return str(result["reply"])
+    host.finish(job)
+    return _reply(result, launcher, reattached=False)
+
+
+def finished_reply(run: TurnRun) -> str | None:
+    """The reply of the turn's last launch when it finished (not deferred at a wait) and
+    was journaled, the turn not yet marked done (its worker died in between): a new
+    delivery answers with it and starts nothing. ``None`` otherwise, and in a replay."""
+    launches = launch_steps(run.journal)
+    if run.journal.replay_only or not launches or launches[-1].status is not StepStatus.DONE:
+        return None
+    outcome = decode_output(run.world, launches[-1])
+    return None if outcome.get("deferred") else str(outcome["reply"])
 
 
 def _run(
@@ -150,6 +182,20 @@ def _run(
         # HOME goes; the next delivery settles the wait and resumes the saved session.
         host.finish(job)
         raise
+
+
+def _reply(result: dict[str, Any], launcher: Launcher, *, reattached: bool) -> str:
+    """The launch's reply; or, when the CLI ended deferred at a wait (defer mode), park
+    the turn: the next delivery settles the wait and resumes the CLI."""
+    if not result.get("deferred"):
+        return str(result["reply"])
+    if launcher.gate.suspended is not None:
+        raise launcher.gate.suspended
+    if reattached:
+        # The dead worker's hook deferred the call: the next delivery settles the wait
+        # (or parks again) and resumes the CLI.
+        raise DurableHarnessError("the CLI stopped at a wait; the turn resumes to ask again")
+    raise TurnFailed("the CLI deferred a tool call that durable-harness did not defer")
 
 
 class Workspaces:

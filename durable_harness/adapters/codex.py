@@ -46,12 +46,12 @@ from typing import Any
 from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.canonical_codex import CodexCanonicalizer
 from durable_harness.adapters.claude_session import (
-    LAUNCH_PREFIX,
     TranscriptStore,
     compose_resume_message,
 )
-from durable_harness.adapters.claude_setup import job_id, launch_token
+from durable_harness.adapters.claude_setup import launch_token
 from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, follow
+from durable_harness.adapters.cli_launches import finished_reply, run_launches
 from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.codex_output import CodexOutput
 from durable_harness.adapters.codex_session import (
@@ -82,16 +82,9 @@ from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upst
 from durable_harness.harness.errors import (
     DurableHarnessError,
     LeaseLost,
-    ReplayDivergence,
-    TurnSuspended,
 )
 from durable_harness.harness.journal import (
     BLOB_PREFIX,
-    Journal,
-    OpenStep,
-    Outcome,
-    StepResult,
-    decode_output,
 )
 from durable_harness.harness.model import is_loopback
 from durable_harness.harness.tools import Replay, Tool, load_tools
@@ -131,70 +124,11 @@ class CodexAdapter(Adapter):
             check_version(find_codex())
 
     def run_turn(self, run: TurnRun) -> str:
-        journal = run.journal
-        launches = _launch_steps(journal)
-        if launches and launches[-1].status is StepStatus.DONE and not journal.replay_only:
-            return str(decode_output(run.world, launches[-1])["reply"])
+        reply = finished_reply(run)
+        if reply is not None:
+            return reply
         with open_host(run.config, run.turn.session_id) as host:
-            if journal.replay_only:
-                return _replay(run, host, launches)
-            launch = _Launch(run, host)
-            last = launches[-1] if launches else None
-            number = len(launches)
-            if last is not None and last.status is StepStatus.INTENT and host.durable:
-                # The CLI of an earlier worker may still run (Docker): finish that launch.
-                cli = host.attach(job_id(run.turn.turn_id, number - 1))
-                if cli is not None:
-                    plan = json.loads(_stored_input(run.world, last))
-                    result = launch.run(plan, job_id(run.turn.turn_id, number - 1), cli)
-                    journal.end(
-                        OpenStep(last, time.monotonic()),
-                        Outcome(result, {"source": "cli", "reattached": True}),
-                    )
-                    host.finish(job_id(run.turn.turn_id, number - 1))
-                    return str(result["reply"])
-            # A wait the last launch stopped at (cli_waits stop mode): its outcome, if the
-            # signal came or the deadline passed, is recorded before the CLI resumes, so the
-            # resume message quotes it; still pending, the turn parks again, no CLI started.
-            launch.gate.settle()
-            plan = launch.plan(number)
-            begun = journal.begin_keyed(
-                kind="agent",
-                name=self.name,
-                key=f"{LAUNCH_PREFIX}{number}",
-                input=plan,
-                replay="safe",
-                store_input=True,
-            )
-            if isinstance(begun, StepResult):  # cannot happen: the key is new
-                return str(begun.value["reply"])
-            try:
-                result = launch.run(plan, job_id(run.turn.turn_id, number))
-            except TurnSuspended:
-                # Stopped at a pending wait: the launch stays an intent (its CLI is gone and
-                # its rollout saved before the wait's intent); the next delivery resumes.
-                host.finish(job_id(run.turn.turn_id, number))
-                raise
-            journal.end(begun, Outcome(result, {"source": "cli"}))
-            host.finish(job_id(run.turn.turn_id, number))
-            return str(result["reply"])
-
-
-def _launch_steps(journal: Journal) -> list[Step]:
-    steps = sorted(journal.recorded.values(), key=lambda s: s.seq)
-    return [s for s in steps if s.key.startswith(LAUNCH_PREFIX)]
-
-
-def _replay(run: TurnRun, host: CliHost, launches: list[Step]) -> str:
-    """Run the turn's last finished launch again, the proxy answering from the journal."""
-    done = [s for s in launches if s.status is StepStatus.DONE]
-    if not done:
-        raise ReplayDivergence(f"turn {run.turn.turn_id} has no finished launch of the CLI")
-    plan = json.loads(_stored_input(run.world, done[-1]))
-    job = f"{run.turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
-    reply = str(_Launch(run, host).run(plan, job)["reply"])
-    host.finish(job)
-    return reply
+            return run_launches(run, self.name, host, _Launch(run, host))
 
 
 def _stored_input(world: World, step: Step) -> str:

@@ -65,7 +65,6 @@ from durable_harness.adapters.cli_host import (
     CliRun,
     HostCliHost,
     find_cli,
-    launch_steps,
     progress,
     stored_input,
     supervise,
@@ -73,6 +72,7 @@ from durable_harness.adapters.cli_host import (
 from durable_harness.adapters.cli_launches import (
     Workspaces,
     check_where,
+    finished_reply,
     open_cli_host,
     run_launches,
 )
@@ -109,7 +109,7 @@ from durable_harness.harness.errors import (
     ModelError,
     TurnFailed,
 )
-from durable_harness.harness.journal import Journal, decode_output
+from durable_harness.harness.journal import Journal
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Replay, Tool, load_tools
@@ -198,9 +198,9 @@ class OpenCodeAdapter(Adapter):
             check_version(find_opencode())
 
     def run_turn(self, run: TurnRun) -> str:
-        launches = launch_steps(run.journal)
-        if launches and launches[-1].status is StepStatus.DONE and not run.journal.replay_only:
-            return str(decode_output(run.world, launches[-1])["reply"])
+        reply = finished_reply(run)
+        if reply is not None:
+            return reply
         binaries = lambda: {"opencode": find_opencode()}  # noqa: E731
         with open_cli_host(run.config, run.turn.session_id, self.name, binaries) as host:
             return run_launches(run, self.name, host, _Launch(run, host))
@@ -357,7 +357,7 @@ class _Launch:
             epoch = self.journal.lease.epoch
             self.store.point(self.turn.session_id, self.turn.turn_id, epoch, saved)
             result["transcript"] = saved.digest
-        host.finish(job)
+        # The job's HOME goes once the launch is journaled (run_launches).
         return result
 
     def _database(self, path: str) -> bytes:

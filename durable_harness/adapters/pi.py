@@ -55,7 +55,6 @@ from durable_harness.adapters.cli_host import (
     CliRun,
     HostCliHost,
     find_cli,
-    launch_steps,
     progress,
     stored_input,
     supervise,
@@ -63,6 +62,7 @@ from durable_harness.adapters.cli_host import (
 from durable_harness.adapters.cli_launches import (
     Workspaces,
     check_where,
+    finished_reply,
     open_cli_host,
     run_launches,
 )
@@ -182,9 +182,9 @@ class PiAdapter(Adapter):
             check_version(find_pi())
 
     def run_turn(self, run: TurnRun) -> str:
-        launches = launch_steps(run.journal)
-        if launches and launches[-1].status is StepStatus.DONE and not run.journal.replay_only:
-            return str(decode_output(run.world, launches[-1])["reply"])
+        reply = finished_reply(run)
+        if reply is not None:
+            return reply
         binaries = lambda: {"pi": find_pi()}  # noqa: E731
         with open_cli_host(run.config, run.turn.session_id, self.name, binaries) as host:
             return run_launches(run, self.name, host, _Launch(run, host))
@@ -310,7 +310,7 @@ class _Launch:
             epoch = self.journal.lease.epoch
             self.store.point(self.turn.session_id, self.turn.turn_id, epoch, saved)
             result["transcript"] = saved.digest
-        host.finish(job)
+        # The job's HOME goes once the launch is journaled (run_launches).
         return result
 
     def _launch(

@@ -54,14 +54,18 @@ class Point:
 
 
 def points(shell_seq: int, sleep: float = 30) -> list[Point]:
-    """The five points around the turn's first shell call (journal step ``shell_seq``):
+    """The points around the turn's first shell call (journal step ``shell_seq``), and one
+    after the whole launch:
 
     * ``model streaming``: SIGKILL while the first model response streams (slowed);
     * ``before tool``: the worker exits (crash injection) after the response, before the
       tool's intent; the CLI's hook or plugin cannot reach the harness and blocks the tool;
     * ``tool running``: SIGKILL while the command sleeps (``sleep`` s), its effect made;
     * ``tool returned``: the worker exits after the tool ran, before its outcome;
-    * ``after tool``: the worker exits after the outcome, before the next model call.
+    * ``after tool``: the worker exits after the outcome, before the next model call;
+    * ``after launch``: the worker exits after the CLI's run (launch step 0) is journaled,
+      before the turn is marked done: the next delivery answers from the journal and
+      starts no CLI.
     """
     return [
         Point("model streaming", chunk_delay_ms=250),
@@ -69,6 +73,7 @@ def points(shell_seq: int, sleep: float = 30) -> list[Point]:
         Point("tool running", sleep=sleep, shell_status="possibly_ran"),
         Point("tool returned", crash_at=f"{shell_seq}:after_run", shell_status="possibly_ran"),
         Point("after tool", crash_at=f"{shell_seq}:after_outcome"),
+        Point("after launch", crash_at="0:after_outcome"),
     ]
 
 
@@ -151,8 +156,10 @@ def kill_and_resume(
     first_shell = next(s for s in after["steps"] if s["name"] == cli.shell_tool)
     expected = point.shell_status if where == "host" else "done"
     assert first_shell["status"] == expected, dump(after)
-    if where == "docker":  # one launch: the new worker re-attached to the running CLI
-        assert [s["kind"] for s in after["steps"]].count("agent") == 1, dump(after)
+    launches = [s["kind"] for s in after["steps"]].count("agent")
+    if where == "docker" or point.name == "after launch":
+        # One launch: the new worker re-attached to the running CLI, or found its end.
+        assert launches == 1, dump(after)
 
     calls = len(h.requests())
     replay = h.cli("replay", turn_id, timeout=max(cli.timeout, 300))
