@@ -65,13 +65,12 @@ from durable_harness.adapters.claude_setup import (
     workspace_spec,
 )
 from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, launch_steps, supervise
-from durable_harness.adapters.cli_launches import finished_reply, run_launches
+from durable_harness.adapters.cli_launches import close_interrupted, finished_reply, run_launches
 from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy, ToolHooks
 from durable_harness.adapters.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.proxy import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.journal import (
-    BLOB_PREFIX,
     decode_output,
 )
 from durable_harness.harness.model import is_loopback, resolve_endpoint
@@ -79,7 +78,7 @@ from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Tool, load_tools
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
-from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
+from durable_harness.worlds.base import StepStatus, TurnStatus
 
 __all__ = [
     "CLAUDE_CODE_VERSION",
@@ -123,13 +122,6 @@ class ClaudeCodeAdapter(Adapter):
             return run_launches(run, self.name, host, _Launch(run, host))
 
 
-def _stored_input(world: World, step: Step) -> str:
-    text = step.input or "{}"
-    if text.startswith(BLOB_PREFIX):
-        return world.get_blob(text.removeprefix(BLOB_PREFIX)).decode()
-    return text
-
-
 class _Launch:
     """One run of the CLI for a turn (see the module docstring)."""
 
@@ -169,25 +161,12 @@ class _Launch:
             previous = previous_turn_transcript(self.world, turn.session_id, turn.index)
             mode = "resume" if previous is not None else "new"
             return {"mode": mode, "message": self.turn.prompt, "transcript": previous}
-        self._close_interrupted()
+        close_interrupted(
+            self.journal, self.world, ReplayPolicy(self.config), [*self.tools, *self.gate.tools]
+        )
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         message = resume_message(self.world, self.turn.prompt, steps, self.store.load(saved))
         return {"mode": "resume", "message": message, "transcript": saved, "launch": number}
-
-    def _close_interrupted(self) -> None:
-        """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
-        policy = ReplayPolicy(self.config)
-        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
-        for step in list(self.journal.recorded.values()):
-            if step.kind != "tool" or step.status is not StepStatus.INTENT:
-                continue
-            tool_input = json.loads(_stored_input(self.world, step))
-            host_tool = host.get(step.name)
-            label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
-            if label == "never":
-                self.journal.begin_keyed(
-                    kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
-                )
 
     # -- running it ----------------------------------------------------------------------
     def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from durable_harness.adapters.cli_host import (
     stored_input,
 )
 from durable_harness.adapters.cli_waits import WaitGate
+from durable_harness.adapters.hooks import ReplayPolicy
 from durable_harness.harness.errors import (
     ConfigError,
     DurableHarnessError,
@@ -59,6 +60,7 @@ from durable_harness.harness.errors import (
     TurnSuspended,
 )
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
+from durable_harness.harness.tools import Tool
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
 from durable_harness.worlds.base import StepStatus, TurnStatus, World
@@ -67,6 +69,7 @@ __all__ = [
     "Launcher",
     "Workspaces",
     "check_where",
+    "close_interrupted",
     "finished_reply",
     "open_cli_host",
     "run_launches",
@@ -170,6 +173,25 @@ def finished_reply(run: TurnRun) -> str | None:
         return None
     outcome = decode_output(run.world, launches[-1])
     return None if outcome.get("deferred") else str(outcome["reply"])
+
+
+def close_interrupted(
+    journal: Journal, world: World, policy: ReplayPolicy, host_tools: list[Tool]
+) -> None:
+    """Before a resume: finish every interrupted ``never`` tool call *possibly ran* (it will
+    not run again, and the resume message says so); a ``safe`` one stays open, to run again
+    if the CLI calls it. Host tools carry their own label, the CLI's tools the policy's."""
+    host = {t.name: t for t in host_tools}
+    for step in list(journal.recorded.values()):
+        if step.kind != "tool" or step.status is not StepStatus.INTENT:
+            continue
+        tool_input = json.loads(stored_input(world, step))
+        host_tool = host.get(step.name)
+        label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
+        if label == "never":
+            journal.begin_keyed(
+                kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
+            )
 
 
 def _run(

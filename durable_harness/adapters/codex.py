@@ -51,7 +51,7 @@ from durable_harness.adapters.claude_session import (
 )
 from durable_harness.adapters.claude_setup import launch_token
 from durable_harness.adapters.cli_host import CliHost, CliLaunch, CliRun, follow
-from durable_harness.adapters.cli_launches import finished_reply, run_launches
+from durable_harness.adapters.cli_launches import close_interrupted, finished_reply, run_launches
 from durable_harness.adapters.cli_waits import WaitGate
 from durable_harness.adapters.codex_output import CodexOutput
 from durable_harness.adapters.codex_session import (
@@ -83,14 +83,11 @@ from durable_harness.harness.errors import (
     DurableHarnessError,
     LeaseLost,
 )
-from durable_harness.harness.journal import (
-    BLOB_PREFIX,
-)
 from durable_harness.harness.model import is_loopback
 from durable_harness.harness.tools import Replay, Tool, load_tools
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
-from durable_harness.worlds.base import Step, StepStatus, TurnStatus, World
+from durable_harness.worlds.base import StepStatus, TurnStatus
 
 __all__ = ["CODEX_VERSION", "CodexAdapter", "CodexReplayPolicy", "codex_model", "find_codex"]
 
@@ -131,13 +128,6 @@ class CodexAdapter(Adapter):
             return run_launches(run, self.name, host, _Launch(run, host))
 
 
-def _stored_input(world: World, step: Step) -> str:
-    text = step.input or "{}"
-    if text.startswith(BLOB_PREFIX):
-        return world.get_blob(text.removeprefix(BLOB_PREFIX)).decode()
-    return text
-
-
 class _Launch:
     """One run of the CLI for a turn."""
 
@@ -170,26 +160,16 @@ class _Launch:
                 "message": turn.prompt,
                 "rollout": previous.as_json() if previous is not None else None,
             }
-        self._close_interrupted()
+        close_interrupted(
+            self.journal,
+            self.world,
+            CodexReplayPolicy(self.config),
+            [*self.tools, *self.gate.tools],
+        )
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         facts = rollout_facts(self.world, steps, self.store.load(saved.transcript))
         message = compose_resume_message(self.world, turn.prompt, steps, facts, lost_reply)
         return {"mode": "resume", "message": message, "rollout": saved.as_json(), "launch": number}
-
-    def _close_interrupted(self) -> None:
-        """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
-        policy = CodexReplayPolicy(self.config)
-        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
-        for step in list(self.journal.recorded.values()):
-            if step.kind != "tool" or step.status is not StepStatus.INTENT:
-                continue
-            tool_input = json.loads(_stored_input(self.world, step))
-            host_tool = host.get(step.name)
-            label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
-            if label == "never":
-                self.journal.begin_keyed(
-                    kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
-                )
 
     # -- running it ----------------------------------------------------------------------
     def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:

@@ -66,12 +66,12 @@ from durable_harness.adapters.cli_host import (
     HostCliHost,
     find_cli,
     progress,
-    stored_input,
     supervise,
 )
 from durable_harness.adapters.cli_launches import (
     Workspaces,
     check_where,
+    close_interrupted,
     finished_reply,
     open_cli_host,
     run_launches,
@@ -113,7 +113,6 @@ from durable_harness.harness.journal import Journal
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
 from durable_harness.harness.tools import Replay, Tool, load_tools
-from durable_harness.worlds.base import StepStatus
 
 __all__ = [
     "OPENCODE_VERSION",
@@ -245,26 +244,16 @@ class _Launch:
             previous = previous_turn_transcript(self.world, turn.session_id, turn.index)
             mode = "resume" if previous is not None else "new"
             return {"mode": mode, "message": turn.prompt, "transcript": previous}
-        self._close_interrupted()
+        close_interrupted(
+            self.journal,
+            self.world,
+            OpenCodeReplayPolicy(self.config),
+            [*self.tools, *self.gate.tools],
+        )
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         facts = database_facts(self.store.load(saved), steps)
         message = resume_message_from_facts(self.world, turn.prompt, steps, facts)
         return {"mode": "resume", "message": message, "transcript": saved}
-
-    def _close_interrupted(self) -> None:
-        """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
-        policy = OpenCodeReplayPolicy(self.config)
-        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
-        for step in list(self.journal.recorded.values()):
-            if step.kind != "tool" or step.status is not StepStatus.INTENT:
-                continue
-            tool_input = json.loads(stored_input(self.world, step))
-            host_tool = host.get(step.name)
-            label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
-            if label == "never":
-                self.journal.begin_keyed(
-                    kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
-                )
 
     # -- running it ----------------------------------------------------------------------
     def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:

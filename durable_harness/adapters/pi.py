@@ -56,12 +56,12 @@ from durable_harness.adapters.cli_host import (
     HostCliHost,
     find_cli,
     progress,
-    stored_input,
     supervise,
 )
 from durable_harness.adapters.cli_launches import (
     Workspaces,
     check_where,
+    close_interrupted,
     finished_reply,
     open_cli_host,
     run_launches,
@@ -229,27 +229,14 @@ class _Launch:
             previous = previous_turn_transcript(self.world, turn.session_id, turn.index)
             mode = "resume" if previous is not None else "new"
             return {"mode": mode, "message": turn.prompt, "transcript": previous}
-        self._close_interrupted()
+        close_interrupted(
+            self.journal, self.world, PiReplayPolicy(self.config), [*self.tools, *self.gate.tools]
+        )
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         message = resume_message(
             self.world, turn.prompt, steps, self.store.load(saved), facts_of=pi_session_facts
         )
         return {"mode": "resume", "message": message, "transcript": saved, "launch": number}
-
-    def _close_interrupted(self) -> None:
-        """Finish every interrupted ``never`` tool call *possibly ran* (it will not rerun)."""
-        policy = PiReplayPolicy(self.config)
-        host = {t.name: t for t in [*self.tools, *self.gate.tools]}
-        for step in list(self.journal.recorded.values()):
-            if step.kind != "tool" or step.status is not StepStatus.INTENT:
-                continue
-            tool_input = json.loads(stored_input(self.world, step))
-            host_tool = host.get(step.name)
-            label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
-            if label == "never":
-                self.journal.begin_keyed(
-                    kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
-                )
 
     # -- running it ----------------------------------------------------------------------
     def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:
