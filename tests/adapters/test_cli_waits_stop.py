@@ -1,7 +1,7 @@
 """The wait gate's stop mode (cli_waits), for CLIs without a ``defer`` hook decision, on a
 real local World: a pending wait stops the CLI (``stop``) and leaves its intent open;
 ``settle`` then records the outcome once the signal came or the deadline passed, and parks
-again (raises) while still pending. The real-CLI scenario is test_codex_waits.py."""
+again (raises) while still pending. The real-CLI scenarios are in test_stop_mode_waits.py."""
 
 from __future__ import annotations
 

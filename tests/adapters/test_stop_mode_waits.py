@@ -1,14 +1,16 @@
 # ruff: noqa: E501  (the fake model scripts below keep one rule per line)
-"""Durable waits with the real Pi and OpenCode CLIs (a host folder, and the session's
-Docker container), which have no ``defer`` hook decision: the wait gate's stop mode
-(cli_waits) stops the CLI at a pending wait, the worker parks the turn (no lease, no
-process), and the next delivery records the wait's outcome before resuming the CLI's
-session, whose resume message quotes it.
+"""Durable waits with the real Codex, Pi and OpenCode CLIs (a host folder, and the
+session's Docker container), none of which has a ``defer`` hook decision: the wait
+gate's stop mode (cli_waits) stops the CLI at a pending wait, the worker parks the turn
+(no lease, no process), and the next delivery records the wait's outcome before resuming
+the CLI's session, whose resume message quotes it. (Claude Code defers instead:
+test_claude_waits.py.)
 
 The turn: the CLI starts CI (the host tool ``start_ci``, ``never``), waits for the signal
-``ci`` (``wait_for_signal``: a Pi tool the extension registers, or OpenCode's MCP tool
+``ci`` (``wait_for_signal``: Codex's MCP tool in the namespace ``mcp__durable_harness``,
+a Pi tool the extension registers, or OpenCode's MCP tool
 ``durable-harness_wait_for_signal``), reads that test_price failed, writes ``price.py``
-with its bash tool and ends with the scripted reply."""
+with its shell tool and ends with the scripted reply."""
 
 from __future__ import annotations
 
@@ -17,13 +19,14 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from claude_cases import container_text, wait_for
+from claude_cases import cmdline, container_text, wait_for
+from codex_cases import AGENT_CONFIG as CODEX_CONFIG
 from support import FIXTURES, Harness, ids_of
 from test_claude_waits import _harness, _status, release_ci
-from test_codex_waits import _cmdline, _container_processes, _pids
 
 from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
 from durable_harness.harness.journal import decode_output
@@ -33,19 +36,50 @@ from durable_harness.worlds.base import World
 CI_TOOLS = f"{FIXTURES / 'ci_tools.py'}:TOOLS"
 FINAL = "CI failed on test_price; fixed price.py."
 TIMED_OUT = "CI did not report in time."
-#: How each CLI's model names the host tools, and what its bash tool takes besides the command.
-_NAMES = {
-    "pi": ("", ""),
-    "opencode": ("durable-harness_", ', description = "fix the price"'),
+
+
+@dataclass(frozen=True)
+class _Cli:
+    """What differs between the CLIs in these tests."""
+
+    tool: str  # how the model's tool_use names a host tool {name} (the fake model's TOML)
+    shell: str  # the model's tool_use of the CLI's shell tool running {command}
+    shell_step: str  # the journal's name of that shell tool
+    launch_mark: str  # every process of a host launch names its private HOME so
+    container_mark: str  # a command line only the CLI's process in the container has
+    host_opt_in: bool = False  # a host folder needs the developer opt-in (Codex)
+
+
+_COMMAND = "printf 'PRICE = 42\\\\n' > price.py && echo FIXED-$((40+2))"
+_CLIS = {
+    "codex": _Cli(
+        tool='name = "{name}", namespace = "mcp__durable_harness"',
+        shell=f'name = "exec_command", input = {{ cmd = "{_COMMAND}", yield_time_ms = 30000 }}',
+        shell_step="Bash",
+        launch_mark="durable-harness-codex-",
+        container_mark="--skip-git-repo-check",
+        host_opt_in=True,
+    ),
+    "pi": _Cli(
+        tool='name = "{name}"',
+        shell=f'name = "bash", input = {{ command = "{_COMMAND}" }}',
+        shell_step="bash",
+        launch_mark="durable-harness-pi-",
+        container_mark="--mode json",
+    ),
+    "opencode": _Cli(
+        tool='name = "durable-harness_{name}"',
+        shell=f'name = "bash", input = {{ command = "{_COMMAND}", description = "fix the price" }}',
+        shell_step="bash",
+        launch_mark="durable-harness-opencode-",
+        container_mark="--format json",
+    ),
 }
-#: Every process of a launch names its private HOME on its command line.
-_LAUNCH_MARK = {"pi": "durable-harness-pi-", "opencode": "durable-harness-opencode-"}
-#: A command line only the CLI's process in the container has.
-_CONTAINER_MARK = {"pi": "--mode json", "opencode": "--format json"}
 
 
 def _script(cli: str) -> str:
-    prefix, extra = _NAMES[cli]
+    c = _CLIS[cli]
+    wait_ci = c.tool.format(name="wait_for_signal")
     return f"""
 [[rule]]
 name = "title"
@@ -61,7 +95,7 @@ reply.text = "{FINAL}"
 name = "ci failed: fix it"
 when.conversation = "test_price"
 reply.text = "CI failed in test_price. Fixing the price."
-reply.tool_use = [{{ name = "bash", input = {{ command = "printf 'PRICE = 42\\\\n' > price.py && echo FIXED-$((40+2))"{extra} }} }}]
+reply.tool_use = [{{ {c.shell} }}]
 
 [[rule]]
 name = "ci timed out"
@@ -72,22 +106,25 @@ reply.text = "{TIMED_OUT}"
 name = "wait for ci"
 when.conversation = "CI started"
 reply.text = "CI is running. Waiting for its result."
-reply.tool_use = [{{ name = "{prefix}wait_for_signal", input = {{ name = "ci", timeout_seconds = 120 }} }}]
+reply.tool_use = [{{ {wait_ci}, input = {{ name = "ci", timeout_seconds = 120 }} }}]
 
 [[rule]]
 name = "timeout path"
 when.last_user_text = "Wait briefly"
-reply.tool_use = [{{ name = "{prefix}wait_for_signal", input = {{ name = "never-comes", timeout_seconds = 2 }} }}]
+reply.tool_use = [{{ {wait_ci}, input = {{ name = "never-comes", timeout_seconds = 2 }} }}]
 
 [[rule]]
 name = "start"
 when.last_user_text = "Make CI green"
-reply.tool_use = [{{ name = "{prefix}start_ci", input = {{}} }}]
+reply.tool_use = [{{ {c.tool.format(name="start_ci")}, input = {{}} }}]
 """
 
 
 @pytest.fixture(
     params=[
+        ("codex", "local"),
+        ("codex", "postgres"),
+        ("codex", "docker"),
         ("pi", "local"),
         ("pi", "postgres"),
         ("pi", "docker"),
@@ -113,7 +150,11 @@ def ci(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
             url = stack.enter_context(request.getfixturevalue("postgres").database())
             world_env = {"DURABLE_HARNESS_WORLD": "postgres", "DURABLE_HARNESS_POSTGRES_URL": url}
         for h in _harness(tmp_path, script, world_env):
-            del h.env[UNSAFE_HOST_ENV]  # Pi and OpenCode need no opt-in for a host folder
+            if where == "docker" or not _CLIS[cli].host_opt_in:
+                del h.env[UNSAFE_HOST_ENV]  # Pi and OpenCode need none for a host folder
+            if cli == "codex":
+                h.env["OPENAI_BASE_URL"] = h.server.url
+                h.env.pop("OPENAI_API_KEY", None)
             h.env["DH_TEST_CLI"] = cli
             if where == "docker":
                 h.env["DH_TEST_WORKSPACE"] = "docker"
@@ -131,6 +172,7 @@ def _docker(h: Harness) -> bool:
 def _run_args(h: Harness, prompt: str) -> list[str]:
     return [
         "run", "--agent", _cli(h), "--workspace", h.env.get("DH_TEST_WORKSPACE") or str(h.tmp / "ws"),
+        *(["--agent-config", str(CODEX_CONFIG)] if _cli(h) == "codex" else []),
         "--tools", CI_TOOLS, "--detach", prompt,
     ]  # fmt: skip
 
@@ -158,10 +200,10 @@ def test_waits_for_ci_without_a_worker(ci: Harness) -> None:
     assert turn["lease_owner"] is None, turn  # nobody holds the turn
     assert "signal 'ci'" in turn["waiting_for"]
     if _docker(ci):  # the job was killed: no CLI process is left in the container
-        assert _CONTAINER_MARK[_cli(ci)] not in _container_processes(session)
+        assert _CLIS[_cli(ci)].container_mark not in _container_processes(session)
     else:
-        mark = _LAUNCH_MARK[_cli(ci)]
-        assert not any(mark in _cmdline(p) for p in _pids()), "a CLI runs"
+        mark = _CLIS[_cli(ci)].launch_mark
+        assert not any(mark in cmdline(p) for p in _pids()), "a CLI runs"
     release_ci(ci)  # CI reports now, while no worker runs
     with _open_world(ci) as world:
         wait_for(lambda: world.get_signal(turn_id, "ci") is not None, 60, "CI's webhook")
@@ -179,7 +221,8 @@ def test_waits_for_ci_without_a_worker(ci: Harness) -> None:
         price = (ci.tmp / "ws" / "price.py").read_text()
     assert price == "PRICE = 42\n"
     tools = [(s["name"], s["status"]) for s in data["steps"] if s["kind"] == "tool"]
-    assert tools == [("start_ci", "done"), ("wait_for_signal", "done"), ("bash", "done")]
+    shell = _CLIS[_cli(ci)].shell_step
+    assert tools == [("start_ci", "done"), ("wait_for_signal", "done"), (shell, "done")]
     wait = next(s for s in data["steps"] if s["name"] == "wait_for_signal")
     # Its outcome was recorded by the resuming delivery, before the CLI resumed, and the
     # CLI read it (the resume message quotes it): the model's next rule needs "test_price".
@@ -219,3 +262,18 @@ def test_wait_past_its_deadline_ends_with_a_timeout_the_cli_sees(ci: Harness) ->
     launches = [s["status"] for s in data["steps"] if s["kind"] == "agent"]
     assert launches == ["intent", "done"]
     assert ci.repeated_requests() == {}
+
+
+def _pids() -> list[int]:
+    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
+
+
+def _container_processes(session: str) -> str:
+    from durable_harness.sandbox.docker import DockerSandbox
+
+    box = DockerSandbox(session)
+    try:
+        result = box.exec("for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done")
+    finally:
+        box.close()
+    return result.stdout.decode()
