@@ -33,9 +33,9 @@ from durable_harness.harness.tools import (
     ToolContext,
     ToolInputError,
     canonical_json,
-    load_tools,
+    load_user_tools,
 )
-from durable_harness.harness.waits import wait_tools
+from durable_harness.harness.waits import WAIT_TOOL_NAMES, wait_tools
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox import open_sandbox
 from durable_harness.sandbox.base import Sandbox
@@ -67,6 +67,10 @@ class EditArgs(BaseModel):
 class BashArgs(BaseModel):
     command: str = Field(description="a bash command line")
     timeout: float = Field(default=60.0, description="seconds before the command is stopped")
+
+
+#: The names of :func:`workspace_tools`: a user's tool may not take them.
+WORKSPACE_TOOL_NAMES = ("read", "write", "edit", "bash")
 
 
 def workspace_tools(sandbox: Sandbox) -> list[Tool]:
@@ -203,8 +207,7 @@ class BuiltinAdapter(Adapter):
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
         resolve_endpoint(config.get("base_url"))
-        for spec in config.get("tools", []):
-            load_tools(spec)
+        load_user_tools(config.get("tools", []), [*WORKSPACE_TOOL_NAMES, *WAIT_TOOL_NAMES])
         open_turn_sandbox(config, settings).close()
 
     def run_turn(self, run: TurnRun) -> str:
@@ -227,8 +230,7 @@ class _Loop:
         self.snapshots = SnapshotStore(run.world)
         config = run.config
         tools = workspace_tools(sandbox) + wait_tools(run.world, run.journal)
-        for spec in config.get("tools", []):
-            tools.extend(load_tools(spec))
+        tools += load_user_tools(config.get("tools", []), [t.name for t in tools])
         self.tools = {t.name: t for t in tools}
         self.model = str(config.get("model") or run.settings.model)
         self.max_tokens = int(config.get("max_tokens", run.settings.max_tokens))

@@ -75,7 +75,8 @@ from durable_harness.harness.journal import (
 )
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
-from durable_harness.harness.tools import Tool, load_tools
+from durable_harness.harness.tools import Tool, load_user_tools
+from durable_harness.harness.waits import WAIT_TOOL_NAMES
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
 from durable_harness.worlds.base import StepStatus, TurnStatus
@@ -102,8 +103,7 @@ class ClaudeCodeAdapter(Adapter):
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
         spec = workspace_spec(config)
-        for tools_spec in config.get("tools", []):
-            load_tools(tools_spec)
+        load_user_tools(config.get("tools", []), WAIT_TOOL_NAMES)
         ClaudeCodeConfig.parse(config.get("agent_config"), "in the turn")
         resolve_endpoint(config.get("base_url"))
         if spec == "docker":
@@ -133,7 +133,7 @@ class _Launch:
         self.turn = run.turn
         self.config = ClaudeCodeConfig.parse(run.config.get("agent_config"), "in the turn")
         specs = run.config.get("tools", [])
-        self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
+        self.tools: list[Tool] = load_user_tools(specs, WAIT_TOOL_NAMES)
         self.session = claude_session_id(self.turn.session_id)
         self.store = TranscriptStore(self.world)
         self.snapshots = SnapshotStore(self.world)

@@ -84,7 +84,8 @@ from durable_harness.harness.errors import (
     LeaseLost,
 )
 from durable_harness.harness.model import is_loopback
-from durable_harness.harness.tools import Replay, Tool, load_tools
+from durable_harness.harness.tools import Replay, Tool, load_user_tools
+from durable_harness.harness.waits import WAIT_TOOL_NAMES
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.base import Sandbox
 from durable_harness.worlds.base import StepStatus, TurnStatus
@@ -109,8 +110,7 @@ class CodexAdapter(Adapter):
 
     def check(self, config: dict[str, Any], settings: Any) -> None:
         spec = workspace_spec(config)
-        for tools_spec in config.get("tools", []):
-            load_tools(tools_spec)
+        load_user_tools(config.get("tools", []), WAIT_TOOL_NAMES)
         ClaudeCodeConfig.parse(config.get("agent_config"), "in the turn")
         resolve_openai_endpoint(config.get("base_url"))
         if spec == "docker":
@@ -142,7 +142,7 @@ class _Launch:
         self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
         specs = run.config.get("tools", [])
-        self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
+        self.tools: list[Tool] = load_user_tools(specs, WAIT_TOOL_NAMES)
         secret = str(self.turn.config.get("signal_secret", ""))
         # Codex has no `defer` hook decision: the gate's stop mode (cli_waits) stops the
         # CLI at a pending wait and the next delivery settles the wait before resuming.

@@ -112,7 +112,8 @@ from durable_harness.harness.errors import (
 from durable_harness.harness.journal import Journal
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
-from durable_harness.harness.tools import Replay, Tool, load_tools
+from durable_harness.harness.tools import Replay, Tool, load_user_tools
+from durable_harness.harness.waits import WAIT_TOOL_NAMES
 
 __all__ = [
     "OPENCODE_VERSION",
@@ -189,8 +190,7 @@ class OpenCodeAdapter(Adapter):
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
         docker = check_where(config, self.name)
-        for spec in config.get("tools", []):
-            load_tools(spec)
+        load_user_tools(config.get("tools", []), WAIT_TOOL_NAMES)
         _config(config)
         resolve_endpoint(config.get("base_url"))
         if not docker:
@@ -226,7 +226,7 @@ class _Launch:
         self.turn = run.turn
         self.config = _config(run.config)
         specs = run.config.get("tools", [])
-        self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
+        self.tools: list[Tool] = load_user_tools(specs, WAIT_TOOL_NAMES)
         self.store = DatabaseStore(self.world)
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)

@@ -87,7 +87,8 @@ from durable_harness.harness.errors import (
 from durable_harness.harness.journal import decode_output
 from durable_harness.harness.model import is_loopback, resolve_endpoint
 from durable_harness.harness.settings import Settings
-from durable_harness.harness.tools import Replay, Tool, load_tools
+from durable_harness.harness.tools import Replay, Tool, load_user_tools
+from durable_harness.harness.waits import WAIT_TOOL_NAMES
 from durable_harness.worlds.base import StepStatus
 
 __all__ = ["PI_VERSION", "PiAdapter", "PiReplayPolicy", "find_pi"]
@@ -170,12 +171,8 @@ class PiAdapter(Adapter):
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
         docker = check_where(config, self.name)
-        for spec in config.get("tools", []):
-            for tool in load_tools(spec):
-                if tool.name in BUILTIN_TOOLS:
-                    raise ConfigError(
-                        f"host tool {tool.name!r} has the name of a Pi built-in tool; rename it"
-                    )
+        # A host tool may not take the name of one of Pi's built-in tools or a wait tool.
+        load_user_tools(config.get("tools", []), [*sorted(BUILTIN_TOOLS), *WAIT_TOOL_NAMES])
         PiConfig.parse(config.get("agent_config"), "in the turn")
         resolve_endpoint(config.get("base_url"))
         if not docker:
@@ -209,7 +206,7 @@ class _Launch:
         self.turn = run.turn
         self.config = PiConfig.parse(run.config.get("agent_config"), "in the turn")
         specs = run.config.get("tools", [])
-        self.tools: list[Tool] = [t for spec in specs for t in load_tools(spec)]
+        self.tools: list[Tool] = load_user_tools(specs, WAIT_TOOL_NAMES)
         self.store = TranscriptStore(self.world, record_prefix=RECORD_PREFIX)
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)

@@ -232,6 +232,24 @@ def load_tools(spec: str) -> list[Tool]:
     return [coerce_tool(item, f"{path}:{attr}") for item in items]
 
 
+def load_user_tools(specs: Iterable[str], taken: Iterable[str] = ()) -> list[Tool]:
+    """The tools of every ``--tools`` spec. :class:`ToolDefinitionError` when two share a
+    name, or one takes the name of a tool the agent already has (``taken``): the model
+    calls a tool by name, and which of two would run must not depend on load order."""
+    owners = dict.fromkeys(taken, "the agent's own tools")
+    found: list[Tool] = []
+    for spec in specs:
+        for t in load_tools(spec):
+            if t.name in owners:
+                raise ToolDefinitionError(
+                    f"--tools {spec!r}: tool {t.name!r} is already defined by "
+                    f"{owners[t.name]}; rename it"
+                )
+            owners[t.name] = f"--tools {spec!r}"
+            found.append(t)
+    return found
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON spelling used for hashing and storing inputs and outputs."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -41,6 +41,10 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: The wait tools every agent has: a user's host tool may not take these names.
+WAIT_TOOL_NAMES = ("wait_for_signal", "sleep_until")
+
+
 def wait_tools(world: World, journal: Journal) -> list[Tool]:
     def started_at(ctx: ToolContext) -> float:
         return journal.recorded[ctx.seq].started_at

@@ -36,6 +36,24 @@ def test_tools_attribute_not_a_list(demo_harness: Harness) -> None:
     one_line_error(out, "NOT_A_LIST", "list of tools")
 
 
+def test_tool_names_must_not_collide(demo_harness: Harness, tmp_path: Path) -> None:
+    """A tool taking the name of one the agent has, or of another host tool, is refused
+    (the model calls tools by name: which one ran must not depend on load order)."""
+    bad = FIXTURES / "bad_tools.py"
+    out = demo_harness.cli("run", "--tools", f"{bad}:WAIT_NAMED", "hi")
+    one_line_error(out, "wait_for_signal", "already defined", "rename it")
+    out = demo_harness.cli("run", "--tools", f"{bad}:BASH_NAMED", "hi")
+    one_line_error(out, "'bash'", "already defined")
+    out = demo_harness.cli("run", "--tools", f"{bad}:NOTIFY", "--tools", f"{bad}:NOTIFY", "hi")
+    one_line_error(out, "'notify'", "already defined")
+    # A CLI agent too (checked before the CLI is looked for: a host folder, Pi).
+    (tmp_path / "ws").mkdir()
+    args = ["run", "--agent", "pi", "--workspace", str(tmp_path / "ws")]
+    out = demo_harness.cli(*args, "--tools", f"{bad}:WAIT_NAMED", "hi")
+    one_line_error(out, "wait_for_signal", "already defined")
+    no_turns(demo_harness)
+
+
 def test_unreadable_tools_file(demo_harness: Harness, tmp_path: Path) -> None:
     out = demo_harness.cli("run", "--tools", f"{tmp_path / 'missing.py'}:TOOLS", "hi")
     one_line_error(out, "missing.py", "cannot read")
