@@ -181,4 +181,4 @@ class Worker:
 
     def _work_pending(self) -> bool:
         """A turn that will become claimable: queued, waiting, or running under a lease."""
-        return any(t.status in UNFINISHED for t in self.world.list_turns(limit=1000))
+        return self.world.has_unfinished_turns()

@@ -186,14 +186,9 @@ class S3Catalog:
 
     def list_turns(self, session_id: str | None = None, limit: int = 100) -> list[Turn]:
         if session_id is None:
-
-            def by_time(entry: str) -> Turn | None:
-                stamp, turn_id = parse_entry(entry)
-                doc = self.store.get(self.layout.turn(turn_id))
-                turn = None if doc is None else turn_from_doc(doc)
-                return turn if turn and micros(turn.created_at) == stamp else None
-
-            return self._listed(self.store.list_keys(self.layout.turns_index()), by_time, limit)
+            return self._listed(
+                self.store.list_keys(self.layout.turns_index()), self._by_time, limit
+            )
 
         def by_slot(slot: str) -> Turn | None:
             # A slot names a turn only if the turn agrees (a crashed or lost create_turn
@@ -205,6 +200,24 @@ class S3Catalog:
             return turn if ok else None
 
         return self._listed(self.store.list_keys(self.layout.slots(session_id)), by_slot, limit)
+
+    def first_turn(self, match: Callable[[Turn], bool]) -> Turn | None:
+        """The newest turn ``match`` holds for, reading the index a page at a time and
+        stopping there (``None`` after reading every turn)."""
+
+        def fetch(entry: str) -> Turn | None:
+            turn = self._by_time(entry)
+            return turn if turn is not None and match(turn) else None
+
+        found = self._listed(self.store.list_keys(self.layout.turns_index()), fetch, 1)
+        return found[0] if found else None
+
+    def _by_time(self, entry: str) -> Turn | None:
+        """The turn an entry of the time index names, if the turn agrees with it."""
+        stamp, turn_id = parse_entry(entry)
+        doc = self.store.get(self.layout.turn(turn_id))
+        turn = None if doc is None else turn_from_doc(doc)
+        return turn if turn and micros(turn.created_at) == stamp else None
 
     def _listed(self, keys: Iterator[str], fetch: Callable[[str], Any], limit: int) -> list[Any]:
         """The first ``limit`` non-``None`` ``fetch(key)``, fetched a page at a time."""

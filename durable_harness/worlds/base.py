@@ -174,6 +174,12 @@ class World(abc.ABC):
     def list_turns(self, session_id: str | None = None, limit: int = 100) -> list[Turn]:
         """A session's turns in index order, or (no session) all turns newest first."""
 
+    def has_unfinished_turns(self) -> bool:
+        """Whether any turn is still to be worked on (queued, running or waiting): what
+        ``worker --until-idle`` asks when nothing is claimable. This default reads every
+        turn; the backends answer from an index, or stop at the first one found."""
+        return any(t.status in UNFINISHED for t in self.list_turns(limit=2**31))
+
     @abc.abstractmethod
     def put_session_record(self, session_id: str, name: str, digest: str) -> None:
         """Point the session's named record (e.g. a CLI transcript) at a blob."""

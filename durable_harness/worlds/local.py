@@ -269,6 +269,13 @@ class LocalWorld(World):
                 ).fetchall()
             return [turn_from_row(row) for row in rows]
 
+    def has_unfinished_turns(self) -> bool:
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT 1 FROM turns WHERE status IN ('queued', 'running', 'waiting') LIMIT 1"
+            ).fetchone()
+            return row is not None
+
     def put_session_record(self, session_id: str, name: str, digest: str) -> None:
         with self._transaction(write=True) as conn:
             self._session(conn, session_id)

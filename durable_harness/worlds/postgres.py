@@ -248,6 +248,11 @@ class PostgresWorld(World):
         rows = self._run("list_turns", lambda c, _: _all(c, query, params))
         return [sql.turn_of(row) for row in rows]
 
+    def has_unfinished_turns(self) -> bool:
+        # A turn has a job row exactly while it is unfinished (the queue holds no history).
+        row = self._run("has_unfinished_turns", lambda c, _: _one(c, sql.ANY_JOB))
+        return row is not None
+
     def put_session_record(self, session_id: str, name: str, digest: str) -> None:
         params = (session_id, name, digest, session_id)
         row = self._run("put_session_record", lambda c, _: _one(c, sql.PUT_RECORD, params))

@@ -67,6 +67,8 @@ GET_TURN = "SELECT * FROM durable_harness.turn_view WHERE turn_id = %s"
 
 LIST_TURNS = "SELECT * FROM durable_harness.turn_view ORDER BY created_at DESC, id DESC LIMIT %s"
 
+ANY_JOB = "SELECT 1 AS one FROM durable_harness.jobs LIMIT 1"
+
 LIST_SESSION_TURNS = """
 SELECT * FROM durable_harness.turn_view WHERE session_id = %s ORDER BY idx LIMIT %s"""
 

@@ -84,6 +84,7 @@ from durable_harness.worlds._s3_store import (
 )
 from durable_harness.worlds._sqs_queue import Message, SqsQueue
 from durable_harness.worlds.base import (
+    UNFINISHED,
     Check,
     Lease,
     Session,
@@ -203,6 +204,10 @@ class S3SqsWorld(World):
 
     def list_turns(self, session_id: str | None = None, limit: int = 100) -> list[Turn]:
         return self._catalog.list_turns(session_id, limit)
+
+    def has_unfinished_turns(self) -> bool:
+        # Newest first, stopping at the first: an unfinished turn is usually a recent one.
+        return self._catalog.first_turn(lambda t: t.status in UNFINISHED) is not None
 
     def put_session_record(self, session_id: str, name: str, digest: str) -> None:
         self._catalog.put_session_record(session_id, name, digest)

@@ -134,6 +134,33 @@ def test_list_turns_by_session_in_index_order_and_all_newest_first(world: World)
     assert world.list_turns("empty") == []
 
 
+def test_has_unfinished_turns_counts_queued_running_and_waiting_only(world: World) -> None:
+    """What ``worker --until-idle`` asks: an older waiting turn behind newer finished ones
+    is found; done and failed turns are not work."""
+    assert not world.has_unfinished_turns()
+    new_turn(world, "t1")
+    assert world.has_unfinished_turns()  # queued
+    lease = world.claim("w1", 30.0)
+    assert lease is not None and lease.turn_id == "t1"
+    assert world.has_unfinished_turns()  # running
+    world.suspend(lease, time.time() + 3600, "timer")
+    for n in range(3):  # newer turns, all finished
+        new_turn(world, f"d{n}", session_id=f"s-d{n}")
+        done = world.claim("w1", 30.0)
+        assert done is not None and done.turn_id == f"d{n}"
+        world.complete_turn(done, "ok")
+    assert world.has_unfinished_turns()  # waiting
+    world.enqueue("t1")  # woken
+    woken = world.claim("w1", 30.0)
+    assert woken is not None and woken.turn_id == "t1"
+    world.complete_turn(woken, "ok")
+    new_turn(world, "f1", session_id="s-f1")
+    failed = world.claim("w1", 30.0)
+    assert failed is not None and failed.turn_id == "f1"
+    world.fail_turn(failed, "broken")
+    assert not world.has_unfinished_turns()
+
+
 def test_session_records_point_at_blobs(world: World) -> None:
     world.create_session("s1")
     assert world.get_session_record("s1", "transcript") is None
