@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from orphans import die_with_parent
+
 CACHE = Path(os.environ.get("DURABLE_HARNESS_TEST_CACHE", "/var/tmp/durable-harness-tests"))
 LABEL_MANAGED = "durable-harness.managed"
 
@@ -85,7 +87,12 @@ class DockerServer:
         ]
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),  # stops its containers on SIGTERM
             )
         deadline = time.monotonic() + 60
         while not self._answers():

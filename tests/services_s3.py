@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from orphans import die_with_parent
+
 ACCESS_KEY = "dh-test-access"
 SECRET_KEY = "dh-test-secret-key"
 REGION = "us-east-1"
@@ -101,6 +103,7 @@ class MotoServer(_Server):
                 [_bin("moto_server"), "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),
             )
         _wait_for_port(self.port, self.process, log, "moto_server")
         return self
@@ -164,7 +167,12 @@ class SeaweedServer(_Server):
         ]
         (self.root / "data").mkdir()
         with log.open("wb") as out:
-            self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(signal.SIGINT),
+            )
         _wait_for_port(self.port, self.process, log, "weed mini")
         return self
 
