@@ -137,13 +137,11 @@ class DockerServer:
         finally:
             client.close()
 
-    def ensure_image(self) -> Any:
+    def ensure_image(self, say: Any = lambda _line: None) -> Any:
         """The agent image built from the current sources (a no-op when it already is)."""
         from durable_harness.sandbox.docker_image import build_image
 
-        result = build_image(
-            offline=True, cache_dir=CACHE / "build", docker_host=self.url, say=lambda _line: None
-        )
+        result = build_image(offline=True, cache_dir=CACHE / "build", docker_host=self.url, say=say)
         if not result.cached:  # the image it replaced, if any, is dangling now
             client = self.client()
             try:
@@ -204,3 +202,21 @@ def stop_shared() -> None:
     if _shared is not None:
         _shared.stop()
         _shared = None
+
+
+def warm_cache() -> int:
+    """Build the agent image into the cache before the tests run (``scripts/test``): a cold
+    build (debootstrap, npm: minutes) then happens once, outside every test's timeout, and
+    each pytest process finds the image, or builds it from the cached layers in seconds."""
+    reason = unavailable()
+    if reason is not None:
+        print(f"agent image not built: {reason}", flush=True)
+        return 0  # the Docker tests fail with this reason; the others still run
+    with DockerServer() as server:
+        result = server.ensure_image(say=lambda line: print(f"  {line}", flush=True))
+    print("agent image " + ("cached" if result.cached else "built"), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(warm_cache())
