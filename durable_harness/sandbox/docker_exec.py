@@ -201,6 +201,11 @@ def run(
                         data = sock.recv(_CHUNK)
                     except BlockingIOError:
                         continue
+                    except ConnectionResetError:
+                        # The process ended without reading all of its stdin (a write
+                        # refused up front): dockerd then resets the stream instead of
+                        # closing it. Its exit code says what happened.
+                        data = b""
                     if not data:
                         return ExecResult(_exit_code(api, exec_id), out.value(), err.value())
                     for kind, payload in frames.feed(data):
