@@ -245,18 +245,21 @@ def kill_worker_and_cli(worker_pid: int, mark: str = "claude") -> list[int]:
     return below
 
 
-def launch_processes(mark: str, where: str = "cmdline") -> list[int]:
+def launch_processes(mark: str, where: str = "cmdline", under: Path | None = None) -> list[int]:
     """Live processes of any launch of a CLI: ``mark`` (the launch's private HOME prefix)
-    in their command line, or (``where="environ"``) in their environment."""
+    in their command line, or (``where="environ"``) in their environment; with ``under``,
+    only those working in that folder or below (this test's own, when other tests run
+    the same CLI at the same time)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             text = (entry / where).read_bytes()
+            cwd = os.readlink(entry / "cwd") if under is not None else ""
         except OSError:
             continue
-        if mark.encode() in text:
+        if mark.encode() in text and (under is None or Path(cwd).is_relative_to(under)):
             pids.append(int(entry.name))
     return alive(pids)
 

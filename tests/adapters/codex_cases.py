@@ -200,6 +200,6 @@ def kill_worker_and_cli(worker_pid: int) -> list[int]:
     return claude_cases.kill_worker_and_cli(worker_pid, "codex")
 
 
-def cli_processes() -> list[int]:
+def cli_processes(under: Path | None = None) -> list[int]:
     """Processes of any codex launch (their command lines name the launch's HOME)."""
-    return claude_cases.launch_processes("durable-harness-codex-")
+    return claude_cases.launch_processes("durable-harness-codex-", under=under)

@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,7 +106,8 @@ class Cli:
 
     name: str
     kill: Callable[[int], list[int]]  # worker pid -> the pids that were below it
-    launches: Callable[[], list[int]]  # processes of any launch of this CLI still alive
+    #: Live processes of a launch of this CLI working in the given folder (the test's).
+    launches: Callable[[Path], list[int]]
     final: str  # the scripted final reply
     shell_tool: str = "bash"  # the journal's name of the CLI's shell tool
     #: ``never`` effects counted after the kill, each must be 1: name -> (h, session) -> n.
@@ -131,7 +133,7 @@ def kill_and_resume(
     below = _kill_when(h, proc, point, cli, lambda: shell(h, session) == 1)
 
     # Nothing of the killed launch survives it on the host: not the CLI, not its sleep.
-    gone = lambda: not alive(below) and not cli.launches()  # noqa: E731
+    gone = lambda: not alive(below) and not cli.launches(h.tmp)  # noqa: E731
     wait_for(gone, 10, "the CLI to be gone")
     at_kill = {name: count(h, session) for name, count in cli.effects.items()}
     before = h.show(turn_id)

@@ -173,6 +173,6 @@ def kill_worker_and_cli(worker_pid: int) -> list[int]:
     return claude_cases.kill_worker_and_cli(worker_pid, "opencode")
 
 
-def cli_processes() -> list[int]:
+def cli_processes(under: Path | None = None) -> list[int]:
     """Processes of any opencode launch (their environment names the private HOME)."""
-    return claude_cases.launch_processes("HOME=/tmp/durable-harness-opencode-", "environ")
+    return claude_cases.launch_processes("HOME=/tmp/durable-harness-opencode-", "environ", under)

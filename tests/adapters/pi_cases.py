@@ -167,6 +167,6 @@ def kill_worker_and_cli(worker_pid: int) -> list[int]:
     return claude_cases.kill_worker_and_cli(worker_pid, LAUNCH_MARK)
 
 
-def cli_processes() -> list[int]:
+def cli_processes(under: Path | None = None) -> list[int]:
     """Processes of any pi launch still alive."""
-    return claude_cases.launch_processes(LAUNCH_MARK)
+    return claude_cases.launch_processes(LAUNCH_MARK, under=under)

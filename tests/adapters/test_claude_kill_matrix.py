@@ -13,7 +13,6 @@ Run with ``-s`` to see the table the report quotes.
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from kill_matrix import Cli, Point, matrix, points, run_point
 CLAUDE = Cli(
     name="claude-code",
     kill=kill_worker_and_cli,
-    launches=partial(launch_processes, "durable-harness-claude-"),
+    launches=lambda under: launch_processes("durable-harness-claude-", under=under),
     final=FINAL,
     shell_tool="Bash",
 )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from claude_cases import cmdline, container_text, wait_for
+from claude_cases import container_text, launch_processes, wait_for
 from codex_cases import AGENT_CONFIG as CODEX_CONFIG
 from support import FIXTURES, Harness, ids_of
 from test_claude_waits import _harness, _status, release_ci
@@ -202,8 +202,9 @@ def test_waits_for_ci_without_a_worker(ci: Harness) -> None:
     if _docker(ci):  # the job was killed: no CLI process is left in the container
         assert _CLIS[_cli(ci)].container_mark not in _container_processes(session)
     else:
+        # Only this test's (other tests may run the same CLI at the same time).
         mark = _CLIS[_cli(ci)].launch_mark
-        assert not any(mark in cmdline(p) for p in _pids()), "a CLI runs"
+        assert not launch_processes(mark, under=ci.tmp), "a CLI runs"
     release_ci(ci)  # CI reports now, while no worker runs
     with _open_world(ci) as world:
         wait_for(lambda: world.get_signal(turn_id, "ci") is not None, 60, "CI's webhook")
@@ -262,10 +263,6 @@ def test_wait_past_its_deadline_ends_with_a_timeout_the_cli_sees(ci: Harness) ->
     launches = [s["status"] for s in data["steps"] if s["kind"] == "agent"]
     assert launches == ["intent", "done"]
     assert ci.repeated_requests() == {}
-
-
-def _pids() -> list[int]:
-    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
 
 
 def _container_processes(session: str) -> str:
