@@ -132,14 +132,16 @@ class _Launch:
         self.journal = run.journal
         self.turn = run.turn
         self.config = ClaudeCodeConfig.parse(run.config.get("agent_config"), "in the turn")
-        specs = run.config.get("tools", [])
-        self.tools: list[Tool] = load_user_tools(specs, WAIT_TOOL_NAMES)
         self.session = claude_session_id(self.turn.session_id)
         self.store = TranscriptStore(self.world)
         self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
-        secret = str(self.turn.config.get("signal_secret", ""))
-        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
+        self.gate = WaitGate.for_turn(run)
+        #: The host tools served over MCP: the user's, and the wait tools.
+        self.tools: list[Tool] = [
+            *load_user_tools(run.config.get("tools", []), WAIT_TOOL_NAMES),
+            *self.gate.tools,
+        ]
 
     # -- what to run -----------------------------------------------------------------
     def plan(self, number: int) -> dict[str, Any]:
@@ -161,9 +163,7 @@ class _Launch:
             previous = previous_turn_transcript(self.world, turn.session_id, turn.index)
             mode = "resume" if previous is not None else "new"
             return {"mode": mode, "message": self.turn.prompt, "transcript": previous}
-        close_interrupted(
-            self.journal, self.world, ReplayPolicy(self.config), [*self.tools, *self.gate.tools]
-        )
+        close_interrupted(self.journal, self.world, ReplayPolicy(self.config), self.tools)
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         message = resume_message(self.world, self.turn.prompt, steps, self.store.load(saved))
         return {"mode": "resume", "message": message, "transcript": saved, "launch": number}
@@ -194,8 +194,9 @@ class _Launch:
         )
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
-        tools = self.tools + self.gate.tools
-        mcp = HostToolServer(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
+        mcp = HostToolServer(
+            self.journal, self.tools, self.turn.session_id, self.gate.signal_secret
+        )
         callbacks = ProxyCallbacks(
             on_request=self._on_request(hooks), control=hooks.handle, mcp=mcp.handle
         )

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.hooks import allow, deny
 from durable_harness.harness.errors import TurnSuspended
 from durable_harness.harness.journal import (
@@ -88,6 +89,12 @@ class WaitGate:
         self.stop: Callable[[TurnSuspended], None] | None = None
         #: Stop mode: set by the adapter once the CLI is stopped (releases the held hook).
         self.stopped = threading.Event()
+
+    @classmethod
+    def for_turn(cls, run: TurnRun) -> WaitGate:
+        """The gate of ``run``'s turn (its signal secret signs the wait tools' URLs)."""
+        secret = str(run.turn.config.get("signal_secret", ""))
+        return cls(run.world, run.journal, run.turn.session_id, secret)
 
     def handles(self, name: str) -> bool:
         return name in self._by_name

@@ -141,12 +141,14 @@ class _Launch:
         self.store = TranscriptStore(self.world)
         self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
-        specs = run.config.get("tools", [])
-        self.tools: list[Tool] = load_user_tools(specs, WAIT_TOOL_NAMES)
-        secret = str(self.turn.config.get("signal_secret", ""))
         # Codex has no `defer` hook decision: the gate's stop mode (cli_waits) stops the
         # CLI at a pending wait and the next delivery settles the wait before resuming.
-        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
+        self.gate = WaitGate.for_turn(run)
+        #: The host tools served over MCP: the user's, and the wait tools.
+        self.tools: list[Tool] = [
+            *load_user_tools(run.config.get("tools", []), WAIT_TOOL_NAMES),
+            *self.gate.tools,
+        ]
 
     # -- what to run -----------------------------------------------------------------
     def plan(self, number: int) -> dict[str, Any]:
@@ -164,7 +166,7 @@ class _Launch:
             self.journal,
             self.world,
             CodexReplayPolicy(self.config),
-            [*self.tools, *self.gate.tools],
+            self.tools,
         )
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         facts = rollout_facts(self.world, steps, self.store.load(saved.transcript))
@@ -199,8 +201,9 @@ class _Launch:
         )
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
-        tools = [*self.tools, *self.gate.tools]
-        mcp = CodexHostTools(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
+        mcp = CodexHostTools(
+            self.journal, self.tools, self.turn.session_id, self.gate.signal_secret
+        )
         control = save_before_host_calls(self.journal, hooks.handle, saver)
         callbacks = ProxyCallbacks(
             on_request=self._on_request(hooks), control=control, mcp=mcp.handle

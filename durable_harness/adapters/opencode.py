@@ -225,15 +225,17 @@ class _Launch:
         self.journal: Journal = run.journal
         self.turn = run.turn
         self.config = _config(run.config)
-        specs = run.config.get("tools", [])
-        self.tools: list[Tool] = load_user_tools(specs, WAIT_TOOL_NAMES)
         self.store = DatabaseStore(self.world)
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)
-        secret = str(self.turn.config.get("signal_secret", ""))
         # OpenCode has no `defer`: the gate's stop mode (cli_waits) stops the CLI at a
         # pending wait; run_launches settles the wait before the next launch.
-        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
+        self.gate = WaitGate.for_turn(run)
+        #: The host tools served over MCP: the user's, and the wait tools.
+        self.tools: list[Tool] = [
+            *load_user_tools(run.config.get("tools", []), WAIT_TOOL_NAMES),
+            *self.gate.tools,
+        ]
 
     # -- what to run -----------------------------------------------------------------
     def plan(self, number: int) -> dict[str, Any]:
@@ -248,7 +250,7 @@ class _Launch:
             self.journal,
             self.world,
             OpenCodeReplayPolicy(self.config),
-            [*self.tools, *self.gate.tools],
+            self.tools,
         )
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         facts = database_facts(self.store.load(saved), steps)
@@ -290,10 +292,9 @@ class _Launch:
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
         call_ids = CallIds()
-        tools = [*self.tools, *self.gate.tools]
         mcp = OpenCodeHostTools(
             self.journal,
-            tools,
+            self.tools,
             self.turn.session_id,
             self.gate.signal_secret,
             call_ids=call_ids,

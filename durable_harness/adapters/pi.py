@@ -205,15 +205,17 @@ class _Launch:
         self.journal = run.journal
         self.turn = run.turn
         self.config = PiConfig.parse(run.config.get("agent_config"), "in the turn")
-        specs = run.config.get("tools", [])
-        self.tools: list[Tool] = load_user_tools(specs, WAIT_TOOL_NAMES)
         self.store = TranscriptStore(self.world, record_prefix=RECORD_PREFIX)
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)
-        secret = str(self.turn.config.get("signal_secret", ""))
         # Pi has no `defer`: the gate's stop mode (cli_waits) stops the CLI at a pending
         # wait; run_launches settles the wait before the next launch.
-        self.gate = WaitGate(self.world, self.journal, self.turn.session_id, secret)
+        self.gate = WaitGate.for_turn(run)
+        #: The host tools served over MCP: the user's, and the wait tools.
+        self.tools: list[Tool] = [
+            *load_user_tools(run.config.get("tools", []), WAIT_TOOL_NAMES),
+            *self.gate.tools,
+        ]
 
     # -- what to run -----------------------------------------------------------------
     def plan(self, number: int) -> dict[str, Any]:
@@ -226,9 +228,7 @@ class _Launch:
             previous = previous_turn_transcript(self.world, turn.session_id, turn.index)
             mode = "resume" if previous is not None else "new"
             return {"mode": mode, "message": turn.prompt, "transcript": previous}
-        close_interrupted(
-            self.journal, self.world, PiReplayPolicy(self.config), [*self.tools, *self.gate.tools]
-        )
+        close_interrupted(self.journal, self.world, PiReplayPolicy(self.config), self.tools)
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         message = resume_message(
             self.world, turn.prompt, steps, self.store.load(saved), facts_of=pi_session_facts
@@ -261,8 +261,9 @@ class _Launch:
         )
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
-        tools = [*self.tools, *self.gate.tools]
-        mcp = HostToolServer(self.journal, tools, self.turn.session_id, self.gate.signal_secret)
+        mcp = HostToolServer(
+            self.journal, self.tools, self.turn.session_id, self.gate.signal_secret
+        )
         control = save_before_host_calls(
             self.journal, self._control(hooks), saver, prefix=HOST_TOOL_PREFIX
         )
@@ -312,7 +313,7 @@ class _Launch:
         settings = {"retry": {"enabled": retries > 0, "maxRetries": retries}}
         host_tools = [
             {"name": t.name, "description": t.description, "inputSchema": t.json_schema()}
-            for t in [*self.tools, *self.gate.tools]
+            for t in self.tools
         ]
         endpoint: dict[str, Any] = {
             "url": url,
