@@ -15,6 +15,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from claude_cases import container_text, wait_for
@@ -114,6 +115,22 @@ def _harness(tmp_path: Path, script: Path, world_env: dict[str, str]) -> Iterato
                     os.killpg(int(pid), signal.SIGKILL)  # CI jobs still sleeping
 
 
+def ci_once_then_replay(
+    ci: Harness, turn_id: str, data: dict[str, Any], launches: list[str], final: str
+) -> None:
+    """CI started once, no model call made twice, the launches' statuses; then the
+    finished turn replays from the journal: 0 upstream calls, CI not started again."""
+    assert len(Path(ci.env["CI_RUNS"]).read_text().splitlines()) == 1
+    assert ci.repeated_requests() == {}
+    assert [s["status"] for s in data["steps"] if s["kind"] == "agent"] == launches
+    calls = len(ci.requests())
+    replay = ci.cli("replay", turn_id)
+    assert replay.returncode == 0, replay.stderr
+    assert replay.stdout.strip() == final
+    assert len(ci.requests()) == calls
+    assert len(Path(ci.env["CI_RUNS"]).read_text().splitlines()) == 1
+
+
 def release_ci(h: Harness) -> None:
     """Let the CI job started by the turn report (see ``CI_HOLD``)."""
     Path(h.env["CI_HOLD"]).touch()
@@ -164,19 +181,8 @@ def test_claude_code_waits_for_ci_without_a_worker(ci: Harness) -> None:
     assert price == "PRICE = 42\n"
     tools = [(s["name"], s["status"]) for s in data["steps"] if s["kind"] == "tool"]
     assert tools == [("start_ci", "done"), ("wait_for_signal", "done"), ("Write", "done")]
-    # CI started once; no model call was made twice.
-    assert len(Path(ci.env["CI_RUNS"]).read_text().splitlines()) == 1
-    assert ci.repeated_requests() == {}
-    launches = [s["status"] for s in data["steps"] if s["kind"] == "agent"]
-    assert launches == ["done", "done"]  # stopped at the wait, resumed after it
-
-    # The finished turn replays from the journal: 0 upstream calls, CI not started again.
-    calls = len(ci.requests())
-    replay = ci.cli("replay", turn_id)
-    assert replay.returncode == 0, replay.stderr
-    assert replay.stdout.strip() == FINAL
-    assert len(ci.requests()) == calls
-    assert len(Path(ci.env["CI_RUNS"]).read_text().splitlines()) == 1
+    # Stopped at the wait (deferred, so journaled done), resumed after it.
+    ci_once_then_replay(ci, turn_id, data, ["done", "done"], FINAL)
 
 
 def test_wait_past_its_deadline_ends_with_a_timeout_claude_sees(ci: Harness) -> None:

@@ -26,7 +26,7 @@ import pytest
 from claude_cases import container_text, launch_processes, wait_for
 from codex_cases import AGENT_CONFIG as CODEX_CONFIG
 from support import FIXTURES, Harness, ids_of
-from test_claude_waits import _harness, _status, release_ci
+from test_claude_waits import _harness, _status, ci_once_then_replay, release_ci
 
 from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
 from durable_harness.harness.journal import decode_output
@@ -229,19 +229,8 @@ def test_waits_for_ci_without_a_worker(ci: Harness) -> None:
     # CLI read it (the resume message quotes it): the model's next rule needs "test_price".
     assert wait["recorded_by_delivery"] == 2, json.dumps(wait)
     assert _rules(ci) == ["start", "wait for ci", "ci failed: fix it", "done"], _rules(ci)
-    # CI started once; no model call was made twice.
-    assert len(Path(ci.env["CI_RUNS"]).read_text().splitlines()) == 1
-    assert ci.repeated_requests() == {}
-    launches = [s["status"] for s in data["steps"] if s["kind"] == "agent"]
-    assert launches == ["intent", "done"]  # stopped at the wait, resumed after it
-
-    # The finished turn replays from the journal: 0 upstream calls, CI not started again.
-    calls = len(ci.requests())
-    replay = ci.cli("replay", turn_id)
-    assert replay.returncode == 0, replay.stderr
-    assert replay.stdout.strip() == FINAL
-    assert len(ci.requests()) == calls
-    assert len(Path(ci.env["CI_RUNS"]).read_text().splitlines()) == 1
+    # Stopped at the wait (its launch left an intent), resumed after it.
+    ci_once_then_replay(ci, turn_id, data, ["intent", "done"], FINAL)
 
 
 def test_wait_past_its_deadline_ends_with_a_timeout_the_cli_sees(ci: Harness) -> None:
