@@ -49,8 +49,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from durable_harness.core.types import Lease
 from durable_harness.harness.journal import Journal, Outcome
-from durable_harness.worlds.base import Lease
 from durable_harness.worlds.local import LocalWorld
 
 try:

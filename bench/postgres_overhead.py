@@ -49,8 +49,8 @@ from journal_overhead import (  # noqa: E402  (bench/ is on sys.path when run as
 )
 from postgres_server import PostgresServer  # noqa: E402
 
-from durable_harness.harness.fake_model import FakeModelServer  # noqa: E402
 from durable_harness.harness.journal import Journal  # noqa: E402
+from durable_harness.testing.fake_model import FakeModelServer  # noqa: E402
 from durable_harness.worlds.postgres import PostgresWorld  # noqa: E402
 
 LEASE_SECONDS = 600.0

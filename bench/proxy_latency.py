@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from durable_harness.adapters.canonical import ClaudeCodeCanonicalizer
-from durable_harness.adapters.proxy import JournalingProxy, Upstream
-from durable_harness.harness.fake_model import FakeModelServer, parse_script
+from durable_harness.adapters.claude_code.canonical import ClaudeCodeCanonicalizer
+from durable_harness.adapters.proxy.server import JournalingProxy, Upstream
 from durable_harness.harness.journal import Journal
+from durable_harness.testing.fake_model import FakeModelServer, parse_script
 from durable_harness.worlds import open_world
 
 TOKEN = "bench-token"

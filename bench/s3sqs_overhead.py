@@ -53,15 +53,15 @@ import services_s3  # noqa: E402  (tests/services_s3.py: the local servers)
 from journal_overhead import LocalBench  # noqa: E402
 from postgres_server import PostgresServer  # noqa: E402  (tests/postgres_server.py)
 
+from durable_harness.core.world import World  # noqa: E402
 from durable_harness.harness.journal import Journal, Outcome  # noqa: E402
 from durable_harness.worlds import open_world  # noqa: E402
-from durable_harness.worlds.base import World  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
-from durable_harness.harness.journal import Journal, Outcome
-from durable_harness.harness.lease import LeaseKeeper
-from durable_harness.worlds import open_world
+from durable_harness.harness.journal import Journal, Outcome  # noqa: E402
+from durable_harness.harness.lease import LeaseKeeper  # noqa: E402
+from durable_harness.worlds import open_world  # noqa: E402
 
 spec = json.loads(sys.argv[1])
 world = open_world(spec["name"], **spec["options"])

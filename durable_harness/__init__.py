@@ -5,4 +5,6 @@ World; any worker can finish a turn whose process died, reading finished calls b
 following each interrupted tool's declared replay rule.
 """
 
-__version__ = "0.1.0"
+from durable_harness.core.version import __version__
+
+__all__ = ["__version__"]

@@ -12,10 +12,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from durable_harness import __version__
+from durable_harness.core.errors import DurableHarnessError
+from durable_harness.core.settings import Settings
+from durable_harness.core.version import __version__
 from durable_harness.harness.crash import CRASH_POINTS
-from durable_harness.harness.errors import DurableHarnessError
-from durable_harness.harness.settings import Settings
+from durable_harness.runtime.world import open_configured_world
 
 EPILOG = """\
 Every model and tool call of a turn is journaled in a World (intent before, outcome
@@ -204,7 +205,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from durable_harness.harness.turns import make_worker, start_turn, turn_config
+    from durable_harness.runtime.turns import make_worker, start_turn, turn_config
 
     settings = _settings(
         args,
@@ -225,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from durable_harness.adapters import read_agent_config
 
         config["agent_config"] = read_agent_config(args.agent_config)
-    with settings.open_world() as world:
+    with open_configured_world(settings) as world:
         turn = start_turn(
             world, settings, args.prompt, config, args.session, queue_behind=args.detach
         )
@@ -241,10 +242,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from durable_harness.harness.turns import make_worker
+    from durable_harness.runtime.turns import make_worker
 
     settings = _settings(args)
-    with settings.open_world() as world:
+    with open_configured_world(settings) as world:
         worker = make_worker(world, settings, quiet=args.quiet)
         if not args.quiet:
             print(f"durable-harness: worker {worker.owner} on {settings.world}", file=sys.stderr)
@@ -255,10 +256,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from durable_harness.harness.turns import claim_for_resume, make_worker
+    from durable_harness.runtime.turns import claim_for_resume, make_worker
 
     settings = _settings(args)
-    with settings.open_world() as world:
+    with open_configured_world(settings) as world:
         worker = make_worker(world, settings, quiet=args.quiet)
         lease = claim_for_resume(
             world,
@@ -274,10 +275,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from durable_harness.harness.turns import replay_turn
+    from durable_harness.runtime.turns import replay_turn
 
     settings = _settings(args)
-    with settings.open_world() as world:
+    with open_configured_world(settings) as world:
         reply, steps = replay_turn(world, settings, args.turn)
         recorded = world.get_turn(args.turn).result
     print(reply)
@@ -294,28 +295,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from durable_harness.harness.views import format_ls, ls_data
+    from durable_harness.runtime.views import format_ls, ls_data
 
-    with _settings(args).open_world() as world:
+    with open_configured_world(_settings(args)) as world:
         rows = ls_data(world, args.limit)
         print(json.dumps(rows, indent=2) if args.json else format_ls(rows))
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from durable_harness.harness.views import format_show, show_data
+    from durable_harness.runtime.views import format_show, show_data
 
-    with _settings(args).open_world() as world:
+    with open_configured_world(_settings(args)) as world:
         data = show_data(world, args.turn)
         print(json.dumps(data, indent=2) if args.json else format_show(data))
     return 0
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
-    from durable_harness.harness.signals import parse_payload
+    from durable_harness.runtime.signals import parse_payload
 
     payload = parse_payload(args.data)
-    with _settings(args).open_world() as world:
+    with open_configured_world(_settings(args)) as world:
         fresh = world.send_signal(args.turn, args.name, payload)
         status = world.get_turn(args.turn).status.value
     if fresh:
@@ -328,9 +329,9 @@ def cmd_signal(args: argparse.Namespace) -> int:
 
 
 def cmd_signal_server(args: argparse.Namespace) -> int:
-    from durable_harness.harness.signals import serve
+    from durable_harness.runtime.signals import serve
 
-    with _settings(args).open_world() as world:
+    with open_configured_world(_settings(args)) as world:
         serve(world, args.host, args.port)
     return 0
 
@@ -338,7 +339,7 @@ def cmd_signal_server(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     settings = _settings(args)
     print(f"World: {settings.world}")
-    with settings.open_world() as world:
+    with open_configured_world(settings) as world:
         checks = world.doctor()
     for check in checks:
         print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
@@ -379,7 +380,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from durable_harness.harness.demo import run_demo
+    from durable_harness.testing.demo.run import run_demo
 
     return run_demo(args.data_dir, args.crash_at)
 
@@ -387,9 +388,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_crash_matrix(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from durable_harness.harness.errors import ConfigError
-    from durable_harness.harness.fake_model import load_script
-    from durable_harness.harness.matrix import run_matrix
+    from durable_harness.core.errors import ConfigError
+    from durable_harness.testing.fake_model import load_script
+    from durable_harness.testing.matrix import run_matrix
 
     points = tuple(p.strip() for p in args.points.split(",") if p.strip())
     unknown = [p for p in points if p not in CRASH_POINTS]
@@ -409,14 +410,14 @@ def cmd_crash_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_fake_model(args: argparse.Namespace) -> int:
-    from durable_harness.harness.fake_model import run_fake_model
+    from durable_harness.testing.fake_model import run_fake_model
 
     run_fake_model(args.script, args.port, args.log, args.host)
     return 0
 
 
 def _report(turn: Any) -> int:
-    from durable_harness.worlds.base import TurnStatus
+    from durable_harness.core.types import TurnStatus
 
     if turn.status is TurnStatus.DONE:
         print(turn.result)

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from durable_harness.harness.fake_model import FakeModelServer
+from durable_harness.testing.fake_model import FakeModelServer
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "durable_harness" / "demo"
+DEMO = ROOT / "durable_harness" / "testing" / "demo"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 

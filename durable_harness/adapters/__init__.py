@@ -11,18 +11,18 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from durable_harness.harness.errors import ConfigError
+from durable_harness.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from durable_harness.adapters.base import Adapter
 
 #: Agent name -> ``module:class`` of its adapter, imported only when chosen.
 ADAPTERS: dict[str, str] = {
-    "builtin": "durable_harness.adapters.builtin:BuiltinAdapter",
-    "claude-code": "durable_harness.adapters.claude_code:ClaudeCodeAdapter",
-    "codex": "durable_harness.adapters.codex:CodexAdapter",
-    "pi": "durable_harness.adapters.pi:PiAdapter",
-    "opencode": "durable_harness.adapters.opencode:OpenCodeAdapter",
+    "builtin": "durable_harness.adapters.builtin.agent:BuiltinAdapter",
+    "claude-code": "durable_harness.adapters.claude_code.adapter:ClaudeCodeAdapter",
+    "codex": "durable_harness.adapters.codex.adapter:CodexAdapter",
+    "pi": "durable_harness.adapters.pi.adapter:PiAdapter",
+    "opencode": "durable_harness.adapters.opencode.adapter:OpenCodeAdapter",
 }
 PLANNED = tuple(n for n in ("codex", "opencode", "pi") if n not in ADAPTERS)
 AVAILABLE = tuple(ADAPTERS)

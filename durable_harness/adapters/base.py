@@ -13,9 +13,10 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
+from durable_harness.core.settings import Settings
+from durable_harness.core.types import Turn
+from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
-from durable_harness.harness.settings import Settings
-from durable_harness.worlds.base import Turn, World
 
 
 @dataclass

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from durable_harness.harness.errors import ConfigError
+from durable_harness.core.errors import ConfigError
 
 CrashPoint = Literal["before_intent", "after_intent", "after_run", "after_outcome"]
 CRASH_POINTS: tuple[str, ...] = get_args(CrashPoint)

@@ -20,7 +20,6 @@ mismatch (6); large inputs and outputs go to the blob store (7).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -29,10 +28,11 @@ from dataclasses import dataclass, field
 from dataclasses import replace as _replace
 from typing import Any
 
+from durable_harness.core.canonical import canonical_json, input_digest
+from durable_harness.core.errors import CorruptJournal, ReplayDivergence, TurnFailed
+from durable_harness.core.types import Lease, Replay, Step, StepStatus
+from durable_harness.core.world import World
 from durable_harness.harness.crash import CrashPlan
-from durable_harness.harness.errors import CorruptJournal, ReplayDivergence, TurnFailed
-from durable_harness.harness.tools import Replay, canonical_json
-from durable_harness.worlds.base import Lease, Step, StepStatus, World
 
 #: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
 BLOB_THRESHOLD = 64 * 1024
@@ -81,14 +81,6 @@ class StepEvent:
     attempts: int
     duration: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def input_digest(value: Any) -> str:
-    return sha256_hex(canonical_json(value).encode())
 
 
 class Journal:

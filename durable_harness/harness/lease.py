@@ -13,8 +13,9 @@ import logging
 import threading
 from types import TracebackType
 
-from durable_harness.harness.errors import LeaseLost, WorldError
-from durable_harness.worlds.base import Lease, World
+from durable_harness.core.errors import LeaseLost, WorldError
+from durable_harness.core.types import Lease
+from durable_harness.core.world import World
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import anthropic
 
-from durable_harness.harness.errors import ConfigError, ModelError
+from durable_harness.core.errors import ConfigError, ModelError
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: Placeholder key for loopback endpoints (the bundled fake model accepts any key).

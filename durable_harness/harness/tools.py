@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import json
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from durable_harness.harness.errors import ToolDefinitionError
-
-Replay = Literal["safe", "never"]
-REPLAY_RULES: tuple[str, ...] = get_args(Replay)
+from durable_harness.core.errors import ToolDefinitionError
+from durable_harness.core.types import REPLAY_RULES, Replay
 
 
 @dataclass(frozen=True)
@@ -248,8 +245,3 @@ def load_user_tools(specs: Iterable[str], taken: Iterable[str] = ()) -> list[Too
             owners[t.name] = f"--tools {spec!r}"
             found.append(t)
     return found
-
-
-def canonical_json(value: Any) -> str:
-    """The one JSON spelling used for hashing and storing inputs and outputs."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from durable_harness.harness.errors import TurnSuspended
+from durable_harness.core.errors import TurnSuspended
+from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
 from durable_harness.harness.tools import Tool, ToolContext
-from durable_harness.worlds.base import World
 
 MAX_WAIT_SECONDS = 30 * 24 * 3600.0
 

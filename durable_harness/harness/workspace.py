@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from durable_harness.harness.errors import CorruptJournal
-from durable_harness.harness.tools import canonical_json
-from durable_harness.sandbox.base import Sandbox, SandboxState
-from durable_harness.worlds.base import World
+from durable_harness.core.canonical import canonical_json
+from durable_harness.core.errors import CorruptJournal
+from durable_harness.core.sandbox import Sandbox, SandboxState
+from durable_harness.core.world import World
 
 
 class SnapshotStore:

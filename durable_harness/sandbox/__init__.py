@@ -6,8 +6,8 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from durable_harness.harness.errors import ConfigError
-from durable_harness.sandbox.base import Sandbox
+from durable_harness.core.errors import ConfigError
+from durable_harness.core.sandbox import Sandbox
 
 __all__ = ["open_sandbox"]
 

@@ -1,6 +1,6 @@
 """The Docker sandbox: one hardened container per session, found again by label.
 
-Contract, on top of :mod:`durable_harness.sandbox.base`:
+Contract, on top of :mod:`durable_harness.core.sandbox`:
 
 * **One container per session**, named ``durable-harness-<session>`` and labelled
   ``durable-harness.session=<id>`` and ``durable-harness.managed=1``. It is created on
@@ -54,10 +54,10 @@ import docker
 import docker.errors
 import requests
 
-from durable_harness.harness.errors import ResourceLimit, SandboxError, SandboxUnavailable
+from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
+from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult
 from durable_harness.sandbox import docker_exec
 from durable_harness.sandbox import docker_scripts as sh
-from durable_harness.sandbox.base import Sandbox, SandboxState, ShellResult
 from durable_harness.sandbox.docker_image import default_image
 from durable_harness.sandbox.docker_jobs import DetachedJobs
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_harness import __version__
-from durable_harness.harness.errors import ConfigError, SandboxUnavailable
+from durable_harness.core.errors import ConfigError, SandboxUnavailable
+from durable_harness.core.version import __version__
 
 __all__ = [
     "BuildResult",
@@ -374,7 +374,7 @@ def remove_sandbox(session_id: str, docker_host: str | None = None) -> int:
 
 def sandbox_checks(docker_host: str | None = None, image: str | None = None) -> list[Any]:
     """``doctor`` lines: is Docker reachable, is the agent image built from these sources."""
-    from durable_harness.worlds.base import Check
+    from durable_harness.core.types import Check
 
     image = image or os.environ.get("DURABLE_HARNESS_DOCKER_IMAGE") or default_image()
     try:

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from durable_harness.harness.errors import SandboxError
+from durable_harness.core.errors import SandboxError
 from durable_harness.sandbox import docker_exec
 from durable_harness.sandbox import docker_scripts as sh
 

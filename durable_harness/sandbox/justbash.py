@@ -20,7 +20,7 @@ from just_bash.commands import create_command_registry
 from just_bash.fs import DirectoryEntry, FileEntry
 from just_bash.interpreter import InterpreterError
 
-from durable_harness.harness.errors import SandboxError
+from durable_harness.core.errors import SandboxError
 
 __all__ = [
     "WORKSPACE",

@@ -41,8 +41,8 @@ from typing import Any
 
 import pexpect
 
-from durable_harness.harness.errors import SandboxError
-from durable_harness.sandbox.base import Sandbox, ShellResult
+from durable_harness.core.errors import SandboxError
+from durable_harness.core.sandbox import Sandbox, ShellResult
 
 __all__ = ["LocalSandbox"]
 

@@ -53,8 +53,8 @@ from typing import Any, cast
 from just_bash import Bash, ExecutionLimits
 from just_bash.interpreter import ExecutionLimitError
 
-from durable_harness.harness.errors import SandboxError, WorkspaceLimit
-from durable_harness.sandbox.base import Sandbox, SandboxState, ShellResult
+from durable_harness.core.errors import SandboxError, WorkspaceLimit
+from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult
 from durable_harness.sandbox.justbash import (
     WORKSPACE,
     CappedFs,

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from durable_harness.harness.errors import ConfigError
-from durable_harness.worlds.base import World
+from durable_harness.core.errors import ConfigError
+from durable_harness.core.world import World
 
 KNOWN_WORLDS = ("local", "postgres", "s3sqs")
 _SCHEMES = {"postgresql": "postgres", "postgres": "postgres", "s3sqs": "s3sqs", "file": "local"}

@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from durable_harness.harness.errors import CorruptJournal, NotFound, WorldError
+from durable_harness.core.errors import CorruptJournal, NotFound, WorldError
+from durable_harness.core.types import Session, Turn, TurnStatus
 from durable_harness.worlds._s3_store import Doc, Precondition, S3Store, micros, parse_entry
-from durable_harness.worlds.base import Session, Turn, TurnStatus
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 TURN_FIELDS = [f.name for f in dataclasses.fields(Turn)]

@@ -25,15 +25,15 @@ import threading
 import time
 from typing import Any
 
-from durable_harness.harness.errors import (
+from durable_harness.core.errors import (
     CorruptJournal,
     LeaseLost,
     NotFound,
     StepConflict,
     WorldError,
 )
+from durable_harness.core.types import Step, StepStatus, TurnStatus
 from durable_harness.worlds._s3_store import Doc, Precondition, S3Store
-from durable_harness.worlds.base import Step, StepStatus, TurnStatus
 
 _OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
 _STEP_FIELDS = (

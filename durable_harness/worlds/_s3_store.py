@@ -34,7 +34,7 @@ from botocore.exceptions import (
     NoRegionError,
 )
 
-from durable_harness.harness.errors import ConfigError, CorruptJournal, WorldError
+from durable_harness.core.errors import ConfigError, CorruptJournal, WorldError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

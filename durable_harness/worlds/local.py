@@ -32,14 +32,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from durable_harness.harness.errors import (
+from durable_harness.core.errors import (
     CorruptJournal,
     LeaseLost,
     NotFound,
     StepConflict,
     WorldError,
 )
-from durable_harness.worlds.base import Lease, Session, Step, StepStatus, Turn, TurnStatus, World
+from durable_harness.core.types import Lease, Session, Step, StepStatus, Turn, TurnStatus
+from durable_harness.core.world import World
 from durable_harness.worlds.local_schema import (
     MIGRATIONS,
     session_from_row,

@@ -11,8 +11,8 @@ import json
 import sqlite3
 from typing import Any, TypeVar
 
-from durable_harness.harness.errors import CorruptJournal
-from durable_harness.worlds.base import Session, Step, StepStatus, Turn, TurnStatus
+from durable_harness.core.errors import CorruptJournal
+from durable_harness.core.types import Session, Step, StepStatus, Turn, TurnStatus
 
 # Append-only: a migration that shipped is never edited, only followed by a new entry.
 # Its position (1-based) is the schema version recorded in `schema_version`.

@@ -46,7 +46,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from durable_harness.harness.errors import (
+from durable_harness.core.errors import (
     CorruptJournal,
     DurableHarnessError,
     LeaseLost,
@@ -54,18 +54,10 @@ from durable_harness.harness.errors import (
     StepConflict,
     WorldError,
 )
+from durable_harness.core.types import Check, Lease, Session, Step, StepStatus, Turn, TurnStatus
+from durable_harness.core.world import World
 from durable_harness.worlds import postgres_schema as schema
 from durable_harness.worlds import postgres_sql as sql
-from durable_harness.worlds.base import (
-    Check,
-    Lease,
-    Session,
-    Step,
-    StepStatus,
-    Turn,
-    TurnStatus,
-    World,
-)
 
 log = logging.getLogger(__name__)
 

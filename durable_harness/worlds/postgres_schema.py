@@ -30,8 +30,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo
 
-from durable_harness.harness.errors import ConfigError, DurableHarnessError, WorldError
-from durable_harness.worlds.base import Check
+from durable_harness.core.errors import ConfigError, DurableHarnessError, WorldError
+from durable_harness.core.types import Check
 
 SCHEMA = "durable_harness"
 #: NOTIFY channel: a turn may have become claimable (created, enqueued, released).

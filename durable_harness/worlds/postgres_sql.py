@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from durable_harness.harness.errors import CorruptJournal
-from durable_harness.worlds.base import Lease, Session, Step, StepStatus, Turn, TurnStatus
+from durable_harness.core.errors import CorruptJournal
+from durable_harness.core.types import Lease, Session, Step, StepStatus, Turn, TurnStatus
 
 Row = dict[str, Any]
 _E = TypeVar("_E", TurnStatus, StepStatus)

@@ -68,22 +68,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from durable_harness.harness.errors import (
-    ConfigError,
-    LeaseLost,
-    NotFound,
-)
-from durable_harness.worlds._s3_catalog import S3Catalog, turn_from_doc
-from durable_harness.worlds._s3_journal import S3Journal
-from durable_harness.worlds._s3_store import (
-    FETCH_THREADS,
-    Doc,
-    Layout,
-    Precondition,
-    S3Store,
-)
-from durable_harness.worlds._sqs_queue import Message, SqsQueue
-from durable_harness.worlds.base import (
+from durable_harness.core.errors import ConfigError, LeaseLost, NotFound
+from durable_harness.core.types import (
     UNFINISHED,
     Check,
     Lease,
@@ -92,8 +78,12 @@ from durable_harness.worlds.base import (
     StepStatus,
     Turn,
     TurnStatus,
-    World,
 )
+from durable_harness.core.world import World
+from durable_harness.worlds._s3_catalog import S3Catalog, turn_from_doc
+from durable_harness.worlds._s3_journal import S3Journal
+from durable_harness.worlds._s3_store import FETCH_THREADS, Doc, Layout, Precondition, S3Store
+from durable_harness.worlds._sqs_queue import Message, SqsQueue
 
 #: A message whose turn object does not exist yet may belong to a create_turn in flight.
 ORPHAN_GRACE = 60.0

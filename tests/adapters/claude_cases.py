@@ -28,7 +28,7 @@ from typing import Any
 
 from support import Harness, make_harness
 
-from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
+from durable_harness.adapters.cli.host import UNSAFE_HOST_ENV
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "fixtures"

@@ -24,7 +24,7 @@ import claude_cases
 from claude_cases import container_text, lines
 from support import Harness, make_harness
 
-from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
+from durable_harness.adapters.cli.host import UNSAFE_HOST_ENV
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "fixtures"

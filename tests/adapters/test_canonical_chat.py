@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_harness.adapters.canonical_chat import ChatCanonicalizer
+from durable_harness.adapters.proxy.canonical_chat import ChatCanonicalizer
 
 PATH = "/v1/chat/completions"
 

@@ -14,7 +14,7 @@ import pytest
 from claude_cases import FINAL, claude_harness, model_keys, run_args
 from support import Harness, ids_of
 
-from durable_harness.adapters.canonical import ClaudeCodeCanonicalizer
+from durable_harness.adapters.claude_code.canonical import ClaudeCodeCanonicalizer
 
 HOME = "/tmp/durable-harness-claude-abc123"
 ENV_BLOCK = (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from durable_harness.adapters.canonical_codex import CodexCanonicalizer
+from durable_harness.adapters.codex.canonical import CodexCanonicalizer
 
 HOME = "/tmp/durable-harness-codex-abc123"
 

@@ -16,7 +16,7 @@ from claude_cases import model_keys
 from opencode_cases import FINAL, opencode_harness, run_args
 from support import Harness, ids_of
 
-from durable_harness.adapters.canonical_opencode import OpenCodeCanonicalizer
+from durable_harness.adapters.opencode.canonical import OpenCodeCanonicalizer
 
 HOME = "/tmp/durable-harness-opencode-abc123"
 ENV_BLOCK = (

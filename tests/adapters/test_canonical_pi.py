@@ -15,7 +15,7 @@ from claude_cases import model_keys
 from pi_cases import FINAL, pi_harness, run_args
 from support import Harness, ids_of
 
-from durable_harness.adapters.canonical_pi import PiCanonicalizer
+from durable_harness.adapters.pi.canonical import PiCanonicalizer
 
 PACKAGE = "/opt/a/node_modules/@mariozechner/pi-coding-agent"
 SYSTEM = (

@@ -31,7 +31,7 @@ from claude_cases import (
 )
 from support import Harness, ids_of
 
-from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
+from durable_harness.adapters.cli.host import UNSAFE_HOST_ENV
 from durable_harness.harness.crash import CRASH_EXIT_CODE
 from durable_harness.sandbox.docker import DockerSandbox
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from claude_cases import alive, wait_for
 
-from durable_harness.adapters import reaper
-from durable_harness.adapters.claude_session import TranscriptStore
-from durable_harness.adapters.hooks import ClaudeCodeConfig, ReplayPolicy
-from durable_harness.harness.errors import ConfigError
+from durable_harness.adapters.cli import reaper
+from durable_harness.adapters.cli.hooks import AgentConfig, ReplayPolicy
+from durable_harness.adapters.cli.records import TranscriptStore
+from durable_harness.core.errors import ConfigError
 from durable_harness.worlds import open_world
 
 
@@ -29,7 +29,7 @@ def test_default_labels() -> None:
 
 
 def test_user_marks_bash_commands_and_tools() -> None:
-    config = ClaudeCodeConfig.parse(
+    config = AgentConfig.parse(
         {"replay": {"safe_bash": ["ls*", "git status"], "tools": {"WebFetch": "never"}}}, "t"
     )
     policy = ReplayPolicy(config)
@@ -44,9 +44,9 @@ def test_user_marks_bash_commands_and_tools() -> None:
 
 def test_bad_config_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="replay"):
-        ClaudeCodeConfig.parse({"replay": {"tools": {"Bash": "maybe"}}}, "t")
+        AgentConfig.parse({"replay": {"tools": {"Bash": "maybe"}}}, "t")
     with pytest.raises(ConfigError, match="replays"):
-        ClaudeCodeConfig.parse({"replays": {}}, "t")
+        AgentConfig.parse({"replays": {}}, "t")
 
 
 NAP = "2.0417"  # the detached command's sleep: a duration no other process uses

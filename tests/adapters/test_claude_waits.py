@@ -21,9 +21,9 @@ import pytest
 from claude_cases import container_text, wait_for
 from support import FIXTURES, Harness, ids_of, make_harness
 
-from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
+from durable_harness.adapters.cli.host import UNSAFE_HOST_ENV
+from durable_harness.core.world import World
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import World
 
 CI_TOOLS = f"{FIXTURES / 'ci_tools.py'}:TOOLS"
 FINAL = "CI failed on test_price; fixed price.py."

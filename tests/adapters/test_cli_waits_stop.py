@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from durable_harness.adapters.cli_waits import WaitGate
-from durable_harness.harness.errors import TurnSuspended
+from durable_harness.adapters.cli.waits import WaitGate
+from durable_harness.core.errors import TurnSuspended
+from durable_harness.core.types import StepStatus
 from durable_harness.harness.journal import Journal, decode_output
-from durable_harness.worlds.base import StepStatus
 from durable_harness.worlds.local import LocalWorld
 
 

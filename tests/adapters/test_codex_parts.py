@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from durable_harness.adapters.codex import CodexReplayPolicy, codex_model
-from durable_harness.adapters.hooks import ClaudeCodeConfig
+from durable_harness.adapters.cli.hooks import AgentConfig
+from durable_harness.adapters.codex.adapter import CodexReplayPolicy, codex_model
 
 
 def policy(data: dict[str, object]) -> CodexReplayPolicy:
-    return CodexReplayPolicy(ClaudeCodeConfig.parse(data, "in the test"))
+    return CodexReplayPolicy(AgentConfig.parse(data, "in the test"))
 
 
 def test_the_shell_tool_is_never_unless_a_pattern_marks_it_safe() -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_harness.adapters.opencode import find_opencode, prepare_home
-from durable_harness.harness.fake_model import FakeModelServer
+from durable_harness.adapters.opencode.adapter import find_opencode, prepare_home
+from durable_harness.testing.fake_model import FakeModelServer
 
 TOKEN = "launch-token"
 SCRIPT = """

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_harness.adapters.opencode_session import (
+from durable_harness.adapters.opencode.session import (
     DatabaseStore,
     root_session_id,
     snapshot,

@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 from durable_harness.adapters.base import TurnRun
-from durable_harness.adapters.cli_host import HostCliHost
-from durable_harness.adapters.hooks import ClaudeCodeConfig, ToolHooks
-from durable_harness.adapters.pi import PiReplayPolicy, _Launch
-from durable_harness.adapters.pi_session import pi_session_facts
+from durable_harness.adapters.cli.hooks import AgentConfig, ToolHooks
+from durable_harness.adapters.cli.host import HostCliHost
+from durable_harness.adapters.pi.adapter import PiReplayPolicy, _Launch
+from durable_harness.adapters.pi.session import pi_session_facts
+from durable_harness.core.settings import Settings
+from durable_harness.core.types import StepStatus
 from durable_harness.harness.journal import Journal
-from durable_harness.harness.settings import Settings
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import StepStatus
 
 
 def test_default_labels() -> None:
@@ -26,7 +26,7 @@ def test_default_labels() -> None:
 
 
 def test_user_marks_bash_commands_and_tools() -> None:
-    config = ClaudeCodeConfig.parse(
+    config = AgentConfig.parse(
         {"replay": {"safe_bash": ["cat *", "git status"], "tools": {"read": "never"}}}, "t"
     )
     policy = PiReplayPolicy(config)

@@ -14,12 +14,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from durable_harness.adapters.canonical import ClaudeCodeCanonicalizer
-from durable_harness.adapters.proxy import JournalingProxy, Upstream
-from durable_harness.harness.fake_model import FakeModelServer, parse_script
+from durable_harness.adapters.claude_code.canonical import ClaudeCodeCanonicalizer
+from durable_harness.adapters.proxy.server import JournalingProxy, Upstream
+from durable_harness.core.types import StepStatus
+from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
+from durable_harness.testing.fake_model import FakeModelServer, parse_script
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import StepStatus, World
 
 TOKEN = "per-turn-token"
 SCRIPT = """

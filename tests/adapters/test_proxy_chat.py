@@ -16,13 +16,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from durable_harness.adapters.canonical_chat import ChatCanonicalizer
-from durable_harness.adapters.proxy import JournalingProxy, Upstream, message_of
-from durable_harness.adapters.wire_chat import CHAT
-from durable_harness.harness.fake_model import FakeModelServer, parse_script
+from durable_harness.adapters.proxy.canonical_chat import ChatCanonicalizer
+from durable_harness.adapters.proxy.server import JournalingProxy, Upstream, message_of
+from durable_harness.adapters.proxy.wire.chat import CHAT
+from durable_harness.core.types import StepStatus
+from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, decode_output
+from durable_harness.testing.fake_model import FakeModelServer, parse_script
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import StepStatus, World
 
 TOKEN = "per-turn-token"
 PATH = "/v1/chat/completions"

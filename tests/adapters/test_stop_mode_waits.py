@@ -28,10 +28,10 @@ from codex_cases import AGENT_CONFIG as CODEX_CONFIG
 from support import FIXTURES, Harness, ids_of
 from test_claude_waits import _harness, _status, ci_once_then_replay, release_ci
 
-from durable_harness.adapters.cli_host import UNSAFE_HOST_ENV
+from durable_harness.adapters.cli.host import UNSAFE_HOST_ENV
+from durable_harness.core.world import World
 from durable_harness.harness.journal import decode_output
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import World
 
 CI_TOOLS = f"{FIXTURES / 'ci_tools.py'}:TOOLS"
 FINAL = "CI failed on test_price; fixed price.py."

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from durable_harness.adapters.sse import MalformedStream
-from durable_harness.adapters.wire_chat import CHAT
+from durable_harness.adapters.proxy.sse import MalformedStream
+from durable_harness.adapters.proxy.wire.chat import CHAT
 
 
 def frame(data: object) -> str:

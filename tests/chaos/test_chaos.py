@@ -41,11 +41,12 @@ import pytest
 import services_s3
 from support import FIXTURES
 
-from durable_harness.harness.fake_model import FakeModelServer
-from durable_harness.harness.settings import Settings
-from durable_harness.harness.turns import start_turn, turn_config
+from durable_harness.core.settings import Settings
+from durable_harness.core.types import StepStatus, TurnStatus
+from durable_harness.core.world import World
+from durable_harness.runtime.turns import start_turn, turn_config
+from durable_harness.testing.fake_model import FakeModelServer
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import StepStatus, TurnStatus, World
 
 WORKERS = 4
 KILL_EVERY = 2.0  # seconds, jittered +-25%

@@ -15,10 +15,10 @@ import pytest
 from postgres_server import PASSWORD, PostgresServer, free_port, wait_until
 from support import FIXTURES, Harness, make_harness
 
-from durable_harness.harness.settings import Settings
-from durable_harness.harness.turns import start_turn, turn_config
+from durable_harness.core.settings import Settings
+from durable_harness.core.types import TurnStatus
+from durable_harness.runtime.turns import start_turn, turn_config
 from durable_harness.worlds import postgres_sql as sql
-from durable_harness.worlds.base import TurnStatus
 from durable_harness.worlds.postgres import PostgresWorld
 
 SLOW_TOOLS = f"{FIXTURES / 'slow_tools.py'}:TOOLS"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, Harness, ids_of, make_harness
 
+from durable_harness.core.world import World
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import World
 
 CI_TOOLS = f"{FIXTURES / 'ci_tools.py'}:TOOLS"
 

@@ -18,9 +18,9 @@ import httpx2
 import pytest
 from anthropic.types import MessageParam
 
-from durable_harness.harness.errors import ConfigError
-from durable_harness.harness.fake_model import FakeModelServer, load_script, parse_script
-from durable_harness.harness.fake_model_script import Reply, Rule, Script, ToolUse
+from durable_harness.core.errors import ConfigError
+from durable_harness.testing.fake_model import FakeModelServer, load_script, parse_script
+from durable_harness.testing.fake_model_script import Reply, Rule, Script, ToolUse
 
 MODEL = "claude-fake-1"
 
@@ -539,7 +539,7 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "durable_harness.harness.fake_model",
+            "durable_harness.testing.fake_model",
             "--script",
             str(script),
             "--port",
@@ -578,7 +578,7 @@ def test_cli_rejects_a_bad_script(tmp_path: Path) -> None:
     script = tmp_path / "bad.toml"
     script.write_text('[[rule]]\nwhen.colour = "red"\nreply.text = "x"\n', encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "durable_harness.harness.fake_model", "--script", str(script)],
+        [sys.executable, "-m", "durable_harness.testing.fake_model", "--script", str(script)],
         capture_output=True,
         text=True,
         timeout=30,

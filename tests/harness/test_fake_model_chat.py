@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from durable_harness.harness.fake_model import FakeModelServer, parse_script
+from durable_harness.testing.fake_model import FakeModelServer, parse_script
 
 SCRIPT = """
 [[rule]]

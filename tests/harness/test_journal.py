@@ -8,16 +8,10 @@ from typing import Any
 
 import pytest
 
-from durable_harness.harness.errors import LeaseLost, ReplayDivergence, TurnFailed
-from durable_harness.harness.journal import (
-    BLOB_THRESHOLD,
-    Journal,
-    OpenStep,
-    Outcome,
-    StepResult,
-    input_digest,
-)
-from durable_harness.worlds.base import Lease, Step, StepStatus
+from durable_harness.core.canonical import input_digest
+from durable_harness.core.errors import LeaseLost, ReplayDivergence, TurnFailed
+from durable_harness.core.types import Lease, Step, StepStatus
+from durable_harness.harness.journal import BLOB_THRESHOLD, Journal, OpenStep, Outcome, StepResult
 from durable_harness.worlds.local import LocalWorld
 
 

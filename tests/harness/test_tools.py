@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from durable_harness.harness.errors import ToolDefinitionError
+from durable_harness.core.errors import ToolDefinitionError
 from durable_harness.harness.tools import Tool, ToolContext, ToolRegistry, load_tools, tool
 
 

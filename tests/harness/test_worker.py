@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from durable_harness.harness.errors import WorldError
-from durable_harness.harness.settings import Settings
-from durable_harness.harness.worker import Worker
-from durable_harness.worlds.base import Lease
+from durable_harness.core.errors import WorldError
+from durable_harness.core.settings import Settings
+from durable_harness.core.types import Lease
+from durable_harness.runtime.worker import Worker
 from durable_harness.worlds.local import LocalWorld
 
 

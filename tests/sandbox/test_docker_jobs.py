@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from durable_harness.harness.errors import SandboxError
+from durable_harness.core.errors import SandboxError
 from durable_harness.sandbox.docker import DockerSandbox
 
 LIMITS = {"memory": "256m", "pids": 128, "cpus": 1.0}

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from durable_harness.harness.errors import ResourceLimit, SandboxError, SandboxUnavailable
+from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
+from durable_harness.core.sandbox import SandboxState
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox import open_sandbox
-from durable_harness.sandbox.base import SandboxState
 from durable_harness.sandbox.docker import LABEL_MANAGED, LABEL_SESSION, DockerSandbox
 from durable_harness.worlds import open_world
 

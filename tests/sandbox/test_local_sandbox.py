@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_harness.harness.errors import SandboxError
+from durable_harness.core.errors import SandboxError
 from durable_harness.sandbox.local import LocalSandbox
 
 

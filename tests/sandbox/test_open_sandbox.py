@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_harness.harness.errors import ConfigError
+from durable_harness.core.errors import ConfigError
 from durable_harness.sandbox import open_sandbox
 from durable_harness.sandbox.local import LocalSandbox
 from durable_harness.sandbox.virtual import VirtualSandbox

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from durable_harness.harness.errors import SandboxError, WorkspaceLimit
+from durable_harness.core.errors import SandboxError, WorkspaceLimit
+from durable_harness.core.sandbox import SandboxState
 from durable_harness.sandbox import virtual
-from durable_harness.sandbox.base import SandboxState
 from durable_harness.sandbox.virtual import VirtualSandbox
 
 

@@ -21,8 +21,8 @@ import postgres_server
 import pytest
 import services_s3
 
+from durable_harness.core.world import World
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import World
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The World contract (``durable_harness/worlds/base.py``), run against every backend.
+"""The World contract (``durable_harness/core/world.py``), run against every backend.
 
 Nothing here may depend on one backend: the Postgres and S3+SQS Worlds run this file
 unchanged (see ``conftest.py``). Lease timing uses short real leases and sleeps, since an
@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import durable_harness
-from durable_harness.harness.errors import LeaseLost, NotFound, StepConflict
-from durable_harness.worlds.base import Lease, Step, StepStatus, TurnStatus, World
+from durable_harness.core.errors import LeaseLost, NotFound, StepConflict
+from durable_harness.core.types import Lease, Step, StepStatus, TurnStatus
+from durable_harness.core.world import World
 
 if TYPE_CHECKING:
     from conftest import WorldSpec
@@ -488,7 +489,7 @@ def test_a_renewal_thread_shares_the_world_with_the_turn(world: World) -> None:
 CLAIMER = r"""
 import json, sys, time
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import Step, StepStatus
+from durable_harness.core.types import Step, StepStatus
 
 spec = json.loads(sys.argv[1])
 world = open_world(spec["name"], **spec["options"])

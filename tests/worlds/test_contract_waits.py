@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from durable_harness.harness.errors import LeaseLost, NotFound
-from durable_harness.worlds.base import Lease, TurnStatus, World
+from durable_harness.core.errors import LeaseLost, NotFound
+from durable_harness.core.types import Lease, TurnStatus
+from durable_harness.core.world import World
 
 if TYPE_CHECKING:
     from conftest import WorldSpec

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_harness.harness.errors import ConfigError, CorruptJournal, NotFound, WorldError
+from durable_harness.core.errors import ConfigError, CorruptJournal, NotFound, WorldError
+from durable_harness.core.types import Step
 from durable_harness.worlds import open_world
-from durable_harness.worlds.base import Step
 from durable_harness.worlds.local import DB_NAME, MIGRATIONS, LocalWorld
 
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from postgres_server import PASSWORD, PostgresServer, free_port
 
-from durable_harness.harness.errors import (
+from durable_harness.core.errors import (
     ConfigError,
     CorruptJournal,
     LeaseLost,
@@ -21,8 +21,8 @@ from durable_harness.harness.errors import (
     StepConflict,
     WorldError,
 )
+from durable_harness.core.types import Lease, Step, StepStatus, TurnStatus
 from durable_harness.worlds import open_world, postgres
-from durable_harness.worlds.base import Lease, Step, StepStatus, TurnStatus
 from durable_harness.worlds.postgres import PostgresWorld
 from durable_harness.worlds.postgres_schema import MIGRATIONS
 

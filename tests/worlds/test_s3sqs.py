@@ -23,11 +23,11 @@ import pytest
 import services_s3
 from support import DEMO, DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, ids_of, make_harness
 
+from durable_harness.core.errors import ConfigError, CorruptJournal, LeaseLost, StepConflict
+from durable_harness.core.types import Lease, Step, StepStatus, TurnStatus
 from durable_harness.harness.crash import CRASH_EXIT_CODE
-from durable_harness.harness.errors import ConfigError, CorruptJournal, LeaseLost, StepConflict
 from durable_harness.worlds import _s3_store, open_world
 from durable_harness.worlds._s3_journal import key_digest
-from durable_harness.worlds.base import Lease, Step, StepStatus, TurnStatus
 from durable_harness.worlds.s3sqs import S3SqsWorld
 
 S3_SERVERS = ["moto", "seaweedfs"]

@@ -1,0 +1,340 @@
+"""The built-in agent: an Anthropic Messages loop whose every call is a journal step.
+
+Step keys are ordinals: ``model:<n>`` for the n-th model call of the turn and
+``tool:<n>:<tool_use_id>`` for its tool calls (the id comes from the recorded model reply,
+so it is the same on replay). The conversation of earlier turns of the session is rebuilt
+from their journals, never from memory, so any worker can continue a session.
+
+Nothing that changes between runs enters a request (invariant 6): the system prompt is
+constant, the tool list is ordered, the workspace state comes from the journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from durable_harness.adapters.base import Adapter, TurnRun
+from durable_harness.core.canonical import canonical_json
+from durable_harness.core.errors import SandboxError, SandboxUnavailable, TurnFailed, TurnSuspended
+from durable_harness.core.sandbox import Sandbox
+from durable_harness.core.settings import Settings
+from durable_harness.core.types import Replay, Step, StepStatus, TurnStatus
+from durable_harness.core.world import World
+from durable_harness.harness.journal import Journal, Outcome, decode_output
+from durable_harness.harness.model import ModelClient, resolve_endpoint
+from durable_harness.harness.tools import Tool, ToolContext, ToolInputError, load_user_tools
+from durable_harness.harness.waits import WAIT_TOOL_NAMES, wait_tools
+from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
+from durable_harness.sandbox import open_sandbox
+
+SYSTEM_PROMPT = (
+    "You are a careful coding agent. You work in a workspace through the read, write, edit "
+    "and bash tools, and may call the other tools you are given. Tools marked as having "
+    "side effects must not be repeated blindly: if a result says a call possibly ran, check "
+    "the current state before calling it again. Reply with a short summary when done."
+)
+
+
+class ReadArgs(BaseModel):
+    path: str = Field(description="file path, relative to the workspace root")
+
+
+class WriteArgs(BaseModel):
+    path: str = Field(description="file path, relative to the workspace root")
+    content: str = Field(description="the whole new content of the file")
+
+
+class EditArgs(BaseModel):
+    path: str = Field(description="file path, relative to the workspace root")
+    old_string: str = Field(description="exact text to replace; must occur exactly once")
+    new_string: str = Field(description="replacement text")
+
+
+class BashArgs(BaseModel):
+    command: str = Field(description="a bash command line")
+    timeout: float = Field(default=60.0, description="seconds before the command is stopped")
+
+
+#: The names of :func:`workspace_tools`: a user's tool may not take them.
+WORKSPACE_TOOL_NAMES = ("read", "write", "edit", "bash")
+
+
+def workspace_tools(sandbox: Sandbox) -> list[Tool]:
+    """read/write/edit/bash over ``sandbox``.
+
+    In a journaled sandbox every effect lives in memory that dies with the process and is
+    restored from the journal, so all four replay as ``safe``. On a host folder only read
+    and write (same content again) are safe; edit and bash must not run twice.
+    """
+    mutating: Replay = "safe" if sandbox.journaled else "never"
+
+    def read(args: ReadArgs) -> str:
+        return sandbox.read(args.path)
+
+    def write(args: WriteArgs) -> str:
+        sandbox.write(args.path, args.content)
+        return f"wrote {len(args.content.encode())} bytes to {args.path}"
+
+    def edit(args: EditArgs) -> str:
+        sandbox.edit(args.path, args.old_string, args.new_string)
+        return f"edited {args.path}"
+
+    def bash(args: BashArgs) -> str:
+        r = sandbox.bash(args.command, timeout=args.timeout)
+        status = "timed out" if r.timed_out else f"exit code {r.exit_code}"
+        parts = [status]
+        if r.stdout:
+            parts.append(r.stdout)
+        if r.stderr:
+            parts.append("stderr:\n" + r.stderr)
+        return "\n".join(parts)
+
+    return [
+        Tool("read", "Read a text file of the workspace.", ReadArgs, "safe", read),
+        Tool("write", "Create or overwrite a file of the workspace.", WriteArgs, "safe", write),
+        Tool("edit", "Replace one exact occurrence of text in a file.", EditArgs, mutating, edit),
+        Tool("bash", "Run a bash command in the workspace.", BashArgs, mutating, bash),
+    ]
+
+
+def open_turn_sandbox(
+    config: dict[str, Any], settings: Settings, session_id: str | None = None
+) -> Sandbox:
+    """The turn's sandbox. Docker's is the session's container (``session_id`` None only
+    checks that Docker and the image are there: nothing is created)."""
+    spec = str(config.get("workspace", "virtual"))
+    if spec == "virtual":
+        return open_sandbox(
+            spec,
+            max_files=int(config.get("max_files", settings.max_files)),
+            max_bytes=int(config.get("max_bytes", settings.max_bytes)),
+        )
+    if spec == "docker":
+        return open_sandbox(spec, session_id=session_id)
+    return open_sandbox(spec)
+
+
+def text_of(content: list[dict[str, Any]]) -> str:
+    return "".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def assistant_content(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reply's blocks as the API accepts them back in ``messages``."""
+    blocks: list[dict[str, Any]] = []
+    for b in message.get("content", []):
+        if b.get("type") == "text":
+            blocks.append({"type": "text", "text": b.get("text", "")})
+        elif b.get("type") == "tool_use":
+            blocks.append(
+                {"type": "tool_use", "id": b["id"], "name": b["name"], "input": b["input"]}
+            )
+        else:
+            blocks.append(b)
+    return blocks
+
+
+def tool_result_block(tool_use_id: str, value: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": str(value.get("content", "")),
+        "is_error": bool(value.get("is_error", False)),
+    }
+
+
+def possibly_ran_value(message: str) -> dict[str, Any]:
+    return {"content": message, "is_error": True}
+
+
+def conversation_from_journal(world: World, prompt: str, steps: list[Step]) -> list[dict[str, Any]]:
+    """Rebuild a finished turn's messages from its journal rows (model replies, tool results)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    results: list[dict[str, Any]] = []
+    for step in steps:
+        value = decode_output(world, step)
+        if step.kind == "model":
+            if results:
+                messages.append({"role": "user", "content": results})
+                results = []
+            messages.append({"role": "assistant", "content": assistant_content(value)})
+        elif step.kind == "tool":
+            tool_use_id = step.key.split(":", 2)[2]
+            if step.status is StepStatus.POSSIBLY_RAN:
+                value = possibly_ran_value(value)
+            results.append(tool_result_block(tool_use_id, value))
+    if results:
+        messages.append({"role": "user", "content": results})
+    return messages
+
+
+@dataclass
+class _SessionStart:
+    history: list[dict[str, Any]]
+    workspace: str | None  # snapshot digest the turn starts from
+
+
+def session_start(world: World, session_id: str, turn_index: int) -> _SessionStart:
+    """History and starting workspace from the session's earlier, finished turns."""
+    history: list[dict[str, Any]] = []
+    workspace: str | None = None
+    for turn in world.list_turns(session_id):
+        if turn.index >= turn_index or turn.status is not TurnStatus.DONE:
+            continue
+        steps = world.load_steps(turn.turn_id)
+        history.extend(conversation_from_journal(world, turn.prompt, steps))
+        for step in steps:
+            if step.status is StepStatus.DONE and "workspace" in step.meta:
+                workspace = str(step.meta["workspace"])
+    return _SessionStart(history, workspace)
+
+
+class BuiltinAdapter(Adapter):
+    name = "builtin"
+
+    def check(self, config: dict[str, Any], settings: Settings) -> None:
+        resolve_endpoint(config.get("base_url"))
+        load_user_tools(config.get("tools", []), [*WORKSPACE_TOOL_NAMES, *WAIT_TOOL_NAMES])
+        open_turn_sandbox(config, settings).close()
+
+    def run_turn(self, run: TurnRun) -> str:
+        config = run.config
+        settings = run.settings
+        world = run.world
+        start = session_start(world, run.turn.session_id, run.turn.index)
+        sandbox = open_turn_sandbox(config, settings, run.turn.session_id)
+        try:
+            return _Loop(run, sandbox, start).run()
+        finally:
+            sandbox.close()
+
+
+class _Loop:
+    def __init__(self, run: TurnRun, sandbox: Sandbox, start: _SessionStart) -> None:
+        self.run_ = run
+        self.journal: Journal = run.journal
+        self.sandbox = sandbox
+        self.snapshots = SnapshotStore(run.world)
+        config = run.config
+        tools = workspace_tools(sandbox) + wait_tools(run.world, run.journal)
+        tools += load_user_tools(config.get("tools", []), [t.name for t in tools])
+        self.tools = {t.name: t for t in tools}
+        self.model = str(config.get("model") or run.settings.model)
+        self.max_tokens = int(config.get("max_tokens", run.settings.max_tokens))
+        self.max_calls = int(config.get("max_model_calls", run.settings.max_model_calls))
+        self.base_url: str | None = config.get("base_url")
+        self._client: ModelClient | None = None
+        self.messages = [*start.history, {"role": "user", "content": run.turn.prompt}]
+        # The newest snapshot: this turn's own last finished tool step, else where the
+        # session's previous turn left the workspace. A container's workspace that still
+        # holds it is kept as it is.
+        digest = self.journal.latest_meta("workspace") or start.workspace
+        restore_workspace(sandbox, self.snapshots, None if digest is None else str(digest))
+
+    @property
+    def client(self) -> ModelClient:
+        # Created on first live call: a fully replayed turn needs no endpoint at all.
+        if self._client is None:
+            self._client = ModelClient(self.base_url)
+        return self._client
+
+    def run(self) -> str:
+        try:
+            for n in range(self.max_calls):
+                request = {
+                    "model": self.model,
+                    "max_tokens": self.max_tokens,
+                    "system": SYSTEM_PROMPT,
+                    "tools": [t.anthropic_spec() for t in self.tools.values()],
+                    "messages": self.messages,
+                }
+                reply = self.journal.run(
+                    kind="model",
+                    name=self.model,
+                    key=f"model:{n}",
+                    input=request,
+                    call=lambda _seq, req=request: self._call_model(req),  # type: ignore[misc]
+                    replay="safe",
+                    store_input=False,
+                ).value
+                content = assistant_content(reply)
+                self.messages.append({"role": "assistant", "content": content})
+                tool_uses = [b for b in content if b.get("type") == "tool_use"]
+                if not tool_uses:
+                    return text_of(content)
+                self.messages.append(
+                    {"role": "user", "content": [self._run_tool(n, b) for b in tool_uses]}
+                )
+            raise TurnFailed(
+                f"the agent made {self.max_calls} model calls without finishing; raise "
+                "--max-model-calls or split the task"
+            )
+        finally:
+            if self._client is not None:
+                self._client.close()
+
+    def _call_model(self, request: dict[str, Any]) -> Outcome:
+        reply = self.client.create(request)
+        usage = reply.get("usage", {})
+        return Outcome(
+            reply,
+            {
+                "input_tokens": usage.get("input_tokens", 0),
+                "output_tokens": usage.get("output_tokens", 0),
+            },
+        )
+
+    def _run_tool(self, n: int, block: dict[str, Any]) -> dict[str, Any]:
+        name = str(block["name"])
+        tool = self.tools.get(name)
+        result = self.journal.run(
+            kind="tool",
+            name=name,
+            key=f"tool:{n}:{block['id']}",
+            input=block.get("input", {}),
+            call=self._tool_call(tool, name, block.get("input", {})),
+            replay=tool.replay if tool is not None else "safe",
+        )
+        value = result.value
+        if result.status is StepStatus.POSSIBLY_RAN:
+            value = possibly_ran_value(value)
+        return tool_result_block(str(block["id"]), value)
+
+    def _tool_call(
+        self, tool: Tool | None, name: str, raw: dict[str, Any]
+    ) -> Callable[[int], Outcome]:
+        turn = self.run_.turn
+
+        def call(seq: int) -> Outcome:
+            if tool is None:
+                value: dict[str, Any] = {"content": f"unknown tool {name!r}", "is_error": True}
+            else:
+                ctx = ToolContext(
+                    turn.turn_id, turn.session_id, seq, str(turn.config.get("signal_secret", ""))
+                )
+                try:
+                    out = tool.invoke(raw, ctx)
+                    value = {"content": out if isinstance(out, str) else _jsonish(out)}
+                except (TurnSuspended, SandboxUnavailable):
+                    raise  # not a tool failure: the worker parks or retries the turn
+                except (SandboxError, ToolInputError) as exc:
+                    value = {"content": str(exc), "is_error": True}
+                except Exception as exc:  # a host tool's failure is its result
+                    value = {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
+            meta: dict[str, Any] = {}
+            digest = save_workspace(self.sandbox, self.snapshots)
+            if digest is not None:
+                meta["workspace"] = digest
+            return Outcome(value, meta)
+
+        return call
+
+
+def _jsonish(value: Any) -> str:
+    try:
+        return canonical_json(value)
+    except TypeError:
+        return str(value)

@@ -1,0 +1,294 @@
+"""A CLI agent in the session's Docker container, as a detached job that outlives the
+worker (see :mod:`.cli_host` for the seam).
+
+The way out of the container (``network_mode="none"``: only ``lo``) is one unix socket:
+
+* the worker's model proxy listens on its own loopback; :class:`UnixRelay` serves it on
+  ``proxy.sock`` in the session's run folder on the host
+  (:func:`~durable_harness.sandbox.docker.host_run_dir`), which the container has
+  bind-mounted read-only at ``/run/durable-harness``;
+* inside, ``dh-bridge.js`` (:mod:`.cli_node`) listens on ``127.0.0.1:<port>`` (a port
+  derived from the job id) and relays each connection to that socket; the CLI's model
+  endpoint, its hooks (``dh-hook.js``) and its MCP host tools all use that URL, with
+  the per-launch proxy token. No provider key enters the container.
+
+The CLI and its bridge run as one detached job (``sandbox.jobs``) whose id comes from the
+journal. When the worker dies the job runs on; the bridge holds new connections until a
+socket answers again. A new worker :meth:`DockerCliHost.attach`-es to the job, binds a
+new relay on the same socket path (the token is derived from the turn, so it is the
+same), and reads the job's output from its start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import queue
+import shlex
+import socket
+import threading
+from urllib.parse import urlsplit
+
+from durable_harness.adapters.cli.host import CliHost, CliLaunch, CliRun, Line
+from durable_harness.adapters.cli.node import BRIDGE, HOOK
+from durable_harness.core.errors import ConfigError, SandboxError, SandboxUnavailable
+from durable_harness.sandbox.docker import RUN_DIR, DockerSandbox
+
+__all__ = ["DockerCliHost", "UnixRelay"]
+
+SOCKET_NAME = "proxy.sock"
+_HOMES = "/home/agent/.durable-harness/cli"
+_BRIDGE_FILE = "dh-bridge.js"
+_HOOK_FILE = "dh-hook.js"
+_STDIN_FILE = "dh-stdin"
+_versions: dict[tuple[str, str], str] = {}  # (image, binary) -> version
+
+# $1 the launch's HOME, $2 the bridge's port; then the CLI's argv. The bridge must listen
+# before the CLI's first request; the job's supervisor kills it when the CLI is done.
+_JOB = """
+h={home}
+node "$h/{bridge}" {socket} {port} "$h/bridge.ready" 2>>"$h/bridge.log" &
+b=$!
+for _ in $(seq 200); do
+  [ -e "$h/bridge.ready" ] && break
+  kill -0 "$b" 2>/dev/null || break
+  sleep 0.05
+done
+[ -e "$h/bridge.ready" ] || {{ echo "dh-bridge failed: $(cat "$h/bridge.log")" >&2; exit 3; }}
+{argv} < "$h/{stdin}"
+st=$?
+kill "$b" 2>/dev/null
+exit "$st"
+"""
+
+
+def bridge_port(job_id: str) -> int:
+    """The bridge's port in the container: the same for a job on every worker."""
+    return 20000 + int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16) % 20000
+
+
+class DockerCliHost(CliHost):
+    """The session's container (created, or found by label, on first use)."""
+
+    workspace = "/workspace"
+    durable = True
+
+    def __init__(self, session_id: str) -> None:
+        self.sandbox = DockerSandbox(session_id)
+        self._relay: UnixRelay | None = None
+
+    def home(self, job_id: str) -> str:
+        return f"{_HOMES}/{job_id}"
+
+    def binary(self, name: str) -> str:
+        return name  # the image puts the pinned CLIs on PATH
+
+    def version(self, binary: str, env: dict[str, str] | None = None) -> str:
+        key = (self.sandbox.image, binary)
+        if key not in _versions:
+            result = self.sandbox.exec(
+                f"{shlex.quote(binary)} --version </dev/null", timeout=60, environment=env
+            )
+            if result.exit_code != 0:
+                raise SandboxError(
+                    f"{binary} --version failed in the agent image {self.sandbox.image}: "
+                    f"{result.stderr.decode(errors='replace')[-300:]}; rebuild it with "
+                    "`durable-harness sandbox build`"
+                )
+            out = result.stdout.decode(errors="replace").split()
+            _versions[key] = (out or result.stderr.decode(errors="replace").split() or ["?"])[0]
+        return _versions[key]
+
+    def version_text(self, binary: str) -> str:
+        result = self.sandbox.exec(f"{shlex.quote(binary)} --version", timeout=60)
+        if result.exit_code != 0:
+            raise SandboxError(
+                f"{binary} --version failed in the agent image {self.sandbox.image}: "
+                f"{result.stderr.decode(errors='replace')[-300:]}; rebuild it with "
+                "`durable-harness sandbox build`"
+            )
+        return result.stdout.decode(errors="replace")
+
+    def realpath(self, binary: str) -> str:
+        result = self.sandbox.exec('readlink -f "$(command -v "$1")"', binary, timeout=60)
+        return result.stdout.decode(errors="replace").strip() or binary
+
+    def endpoint(self, proxy_url: str, job_id: str) -> str:
+        cid = self.sandbox.container_id()  # the run folder exists once the container does
+        mounts = self.sandbox.client.api.inspect_container(cid).get("Mounts") or []
+        if not any(m.get("Destination") == RUN_DIR for m in mounts):
+            raise ConfigError(
+                f"the container of session {self.sandbox.session_id} was made by an older "
+                f"durable-harness without {RUN_DIR}, so a CLI in it cannot reach the model "
+                f"proxy: run `durable-harness sandbox rm {self.sandbox.session_id}` (its "
+                "workspace is restored from the World) and resume the turn"
+            )
+        if self._relay is None:
+            path = os.path.join(self.sandbox.run_dir, SOCKET_NAME)
+            self._relay = UnixRelay(path, proxy_url).start()
+        return f"http://127.0.0.1:{bridge_port(job_id)}"
+
+    def hook_command(self, endpoint_file: str, event: str) -> list[str]:
+        home = os.path.dirname(endpoint_file)
+        return ["node", f"{home}/{_HOOK_FILE}", endpoint_file, event]
+
+    def read_file(self, path: str) -> bytes | None:
+        return self.sandbox.read_bytes(path)
+
+    def find_files(self, folder: str, name: str) -> list[str]:
+        found = self.sandbox.exec('find "$1" -type f -name "$2" 2>/dev/null', folder, name)
+        return sorted(found.stdout.decode(errors="replace").splitlines())
+
+    def start(self, launch: CliLaunch) -> CliRun:
+        home = self.home(launch.job_id)
+        files = {**launch.files, _BRIDGE_FILE: BRIDGE.encode(), _HOOK_FILE: HOOK.encode()}
+        files[_STDIN_FILE] = launch.stdin
+        for rel, data in files.items():
+            self.sandbox.write_bytes(f"{home}/{rel}", data)
+        script = _JOB.format(
+            home=shlex.quote(home),
+            bridge=_BRIDGE_FILE,
+            socket=shlex.quote(f"{RUN_DIR}/{SOCKET_NAME}"),
+            port=bridge_port(launch.job_id),
+            argv=shlex.join(launch.argv),
+            stdin=_STDIN_FILE,
+        )
+        self.sandbox.jobs.start(launch.job_id, script, workdir=self.workspace, env=launch.env)
+        return _DockerRun(self.sandbox, launch.job_id)
+
+    def attach(self, job_id: str) -> CliRun | None:
+        status = self.sandbox.jobs.status(job_id)
+        if status.state in ("starting", "running") or (
+            status.state == "exited" and status.exit_code == 0
+        ):
+            return _DockerRun(self.sandbox, job_id)
+        return None
+
+    def finish(self, job_id: str) -> None:
+        self.sandbox.exec('rm -rf -- "$1"', self.home(job_id))
+
+    def close(self) -> None:
+        try:
+            if self._relay is not None:
+                self._relay.close()
+                self._relay = None
+        finally:
+            self.sandbox.close()
+
+
+class _DockerRun(CliRun):
+    def __init__(self, sandbox: DockerSandbox, job_id: str) -> None:
+        self.sandbox = sandbox
+        self.job_id = job_id
+        self._lines: queue.Queue[Line] | None = None
+
+    def output(self) -> queue.Queue[Line]:
+        if self._lines is None:
+            self._lines = queue.Queue()
+            threading.Thread(target=self._pump, name="cli-job-output", daemon=True).start()
+        return self._lines
+
+    def _pump(self) -> None:
+        assert self._lines is not None
+        pending = b""
+        try:
+            for chunk in self.sandbox.jobs.follow(self.job_id, 0):
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                for line in complete:
+                    self._lines.put(line + b"\n")
+            if pending:
+                self._lines.put(pending)
+            self._lines.put(None)
+        except BaseException as exc:  # handed to the reading thread, which raises it
+            self._lines.put(exc)
+
+    def wait(self) -> int:
+        status = self.sandbox.jobs.wait(self.job_id, timeout=30)
+        if status.state == "lost":
+            raise SandboxUnavailable(
+                f"the container of session {self.sandbox.session_id} stopped under the CLI; "
+                "the turn is retried, resuming the CLI's session"
+            )
+        if status.exit_code is None:
+            raise SandboxUnavailable(f"the CLI's job {self.job_id} did not end ({status.state})")
+        return status.exit_code
+
+    def stderr_tail(self) -> str:
+        data = self.sandbox.jobs.read_output(self.job_id, 0, "stderr")
+        return data.decode("utf-8", "replace")[-2000:]
+
+    def kill(self) -> None:
+        with contextlib.suppress(SandboxUnavailable, SandboxError):
+            self.sandbox.jobs.kill(self.job_id, "KILL")
+            self.sandbox.jobs.wait(self.job_id, timeout=10)
+
+
+class UnixRelay:
+    """Serve a TCP endpoint (the proxy) on a unix socket at ``path``: each connection is
+    relayed both ways by two threads. A stale socket at ``path`` (a dead worker's) is
+    replaced; :meth:`close` removes the socket only if it is still this relay's."""
+
+    def __init__(self, path: str, target_url: str) -> None:
+        parts = urlsplit(target_url)
+        self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.path = path
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(path)
+        os.chmod(path, 0o666)  # the container's user (uid 1000) connects
+        self._inode = os.stat(path).st_ino
+        self._listener.listen(64)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="unix-relay", daemon=True)
+
+    def start(self) -> UnixRelay:
+        self._thread.start()
+        return self
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=10)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+        _pipe(client, upstream)
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Copy until either side ends, then close both (the other pipe thread ends too)."""
+    try:
+        while True:
+            data = source.recv(65536)
+            if not data:
+                break
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()

@@ -1,0 +1,44 @@
+"""adapters.cli.jobs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from pathlib import Path
+from typing import Any
+
+from durable_harness.core.errors import ConfigError
+
+
+def launch_token(config: dict[str, Any], job: str) -> str:
+    """The proxy token of a durable launch: derived from the turn's secret, so a worker that
+    re-attaches to the CLI accepts the token the CLI was started with."""
+    secret = str(config.get("signal_secret") or "")
+    if not secret:
+        raise ConfigError("this turn has no secret to derive its proxy token from")
+    digest = hmac.new(secret.encode(), f"cli-proxy-token:{job}".encode(), hashlib.sha256)
+    return digest.hexdigest()
+
+
+def workspace_of(config: dict[str, Any], agent: str = "claude-code") -> Path:
+    """The host folder of a host run (made if missing); the caller checked the opt-in
+    (:func:`workspace_spec`). ConfigError for the virtual workspace."""
+    spec = str(config.get("workspace", "virtual"))
+    if spec == "virtual":
+        raise ConfigError(
+            f"the {agent} agent runs the real CLI: give --workspace docker (the virtual "
+            "workspace cannot host it)"
+        )
+    path = Path(spec).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"workspace {spec!r} is a file; give a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create workspace {spec!r}: {exc}") from None
+    return path.resolve()
+
+
+def job_id(turn_id: str, number: int) -> str:
+    """The id of launch ``number`` of a turn: the same on every worker."""
+    return f"{turn_id}-launch{number}"

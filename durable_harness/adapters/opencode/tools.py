@@ -1,0 +1,83 @@
+"""The user's host tools served to OpenCode over MCP, keyed by OpenCode's call id.
+
+OpenCode connects to the harness's MCP endpoint (``/mcp`` on the journaling proxy) as a
+remote MCP server named ``durable-harness`` and names its tools ``durable-harness_<name>``.
+Unlike Claude Code, it does not send the model's tool_use id with ``tools/call``, but the
+journaling plugin's ``tool.execute.before`` runs first and carries it (``callID``). So
+:class:`CallIds` remembers, per ``(tool, arguments)``, the call ids the plugin announced,
+and :class:`OpenCodeHostTools` gives the oldest unclaimed one to the MCP call with the
+same tool and arguments: the step is keyed ``tool:<callID>`` as every other tool call,
+and journaled by :class:`~.mcp.HostToolServer` under the tool's own replay label.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+from collections.abc import Callable
+from typing import Any
+
+from durable_harness.adapters.cli.mcp import SERVER_NAME, TOOL_USE_META, HostToolServer
+from durable_harness.core.canonical import canonical_json
+
+__all__ = ["HOST_TOOL_PREFIX", "CallIds", "OpenCodeHostTools"]
+
+#: How OpenCode names a tool of the MCP server ``durable-harness``.
+HOST_TOOL_PREFIX = f"{SERVER_NAME}_"
+
+
+class CallIds:
+    """Call ids of host tool calls the plugin announced, waiting for their MCP call."""
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[str, str], deque[str]] = defaultdict(deque)
+        self._lock = threading.Lock()
+
+    def announce(self, name: str, arguments: Any, call_id: str) -> None:
+        with self._lock:
+            self._pending[(name, _arguments_key(arguments))].append(call_id)
+
+    def claim(self, name: str, arguments: Any) -> str | None:
+        with self._lock:
+            waiting = self._pending.get((name, _arguments_key(arguments)))
+            return waiting.popleft() if waiting else None
+
+    def control(
+        self, inner: Callable[[str, dict[str, Any]], dict[str, Any]]
+    ) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+        """Wrap the hooks' ``/_dh/<event>`` handler: note host calls' ids on the way."""
+
+        def handle(event: str, payload: dict[str, Any]) -> dict[str, Any]:
+            name = str(payload.get("tool_name") or "")
+            if event == "PreToolUse" and name.startswith(HOST_TOOL_PREFIX):
+                call_id = str(payload.get("tool_use_id") or "")
+                if call_id:
+                    self.announce(
+                        name.removeprefix(HOST_TOOL_PREFIX), payload.get("tool_input"), call_id
+                    )
+            return inner(event, payload)
+
+        return handle
+
+
+class OpenCodeHostTools(HostToolServer):
+    """:class:`~.mcp.HostToolServer` with the call id taken from :class:`CallIds`."""
+
+    def __init__(self, *args: Any, call_ids: CallIds, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.call_ids = call_ids
+
+    def call(self, params: dict[str, Any]) -> dict[str, Any]:
+        meta = dict(params.get("_meta") or {})
+        if not meta.get(TOOL_USE_META):
+            call_id = self.call_ids.claim(str(params.get("name") or ""), params.get("arguments"))
+            if call_id is not None:
+                meta[TOOL_USE_META] = call_id
+        return super().call({**params, "_meta": meta})
+
+
+def _arguments_key(arguments: Any) -> str:
+    try:
+        return canonical_json(arguments or {})
+    except TypeError:
+        return repr(arguments)

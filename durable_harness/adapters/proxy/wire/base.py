@@ -1,0 +1,102 @@
+"""The wire-format seam of the journaling proxy: what differs between model APIs.
+
+The proxy's contract (journal each call by its canonical hash, replay a recorded answer
+byte for byte, hold the stream's final event back until the outcome is recorded, pass
+upstream errors through and never record them) is the same for every API. What differs is
+described by one :class:`WireFormat` per API, one module each:
+
+* :class:`AnthropicMessages` (here): ``POST /v1/messages``, ``x-api-key``, events ending
+  in ``message_stop``;
+* :class:`~.wire_responses.OpenAIResponses`: ``POST /v1/responses``, ``Authorization:
+  Bearer``, events ending in ``response.completed``.
+
+* :class:`~.wire_chat.OpenAIChatCompletions`: ``POST /v1/chat/completions``,
+  ``Authorization: Bearer``, ``data:`` chunks ending in ``data: [DONE]``.
+
+Every format uses SSE framing (blocks split by :mod:`.sse`); how a block is read
+(:meth:`WireFormat.parse_event`) and what an event means is the format's.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from typing import Any
+
+from durable_harness.adapters.proxy.sse import SseEvent, parse_event
+
+__all__ = ["WireFormat"]
+
+
+class WireFormat(abc.ABC):
+    """One model API as the proxy sees it."""
+
+    name: str
+    #: The journaled path (query string ignored).
+    path: str
+    #: Other POST paths forwarded upstream unjournaled (they cost nothing, change nothing).
+    plain_paths: tuple[str, ...] = ()
+    #: The event that ends a good stream: held back until the outcome is recorded.
+    final_event: str
+    #: Events that end a stream as a failure: passed on, never recorded.
+    error_events: frozenset[str] = frozenset({"error"})
+
+    def parse_event(self, raw: str) -> SseEvent | None:
+        """The event in ``raw`` (None for a keep-alive); MalformedStream if it is none."""
+        return parse_event(raw)
+
+    def holds_back(self, event: SseEvent) -> bool:
+        """Whether ``event`` is the first one the CLI may not see before the outcome is
+        recorded: it and every later event are held back until then."""
+        return event.type == self.final_event
+
+    @abc.abstractmethod
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that carry the harness's key upstream."""
+
+    @abc.abstractmethod
+    def error_body(self, kind: str, message: str) -> dict[str, Any]:
+        """An error response body in this API's shape (the proxy's own errors)."""
+
+    @abc.abstractmethod
+    def error_event(self, kind: str, message: str) -> str:
+        """An in-stream error event (the proxy's report of a malformed upstream stream)."""
+
+    @abc.abstractmethod
+    def assemble(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        """The JSON response a stream describes (parsed event data, final event included)."""
+
+    @abc.abstractmethod
+    def is_response(self, body: Any) -> bool:
+        """Whether a non-streamed JSON reply is a whole response of this API."""
+
+    @abc.abstractmethod
+    def events_for(self, response: dict[str, Any]) -> list[str]:
+        """SSE event texts for a JSON response (a streaming request replaying a JSON answer)."""
+
+    @abc.abstractmethod
+    def meta(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Journal metadata of a response: ``input_tokens``, ``output_tokens``,
+        ``stop_reason``, ``message_id``, ``tool_use_ids``."""
+
+
+def error_text(data: bytes | str) -> str:
+    """A short ``type: message`` of an error body or event, whatever the API's shape."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    for line in text.splitlines() or [text]:
+        payload = line.removeprefix("data: ")
+        try:
+            value = json.loads(payload)
+        except ValueError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        error = value.get("error")
+        if not isinstance(error, dict) and isinstance(value.get("response"), dict):
+            error = value["response"].get("error")  # Responses: response.failed
+        if not isinstance(error, dict) and value.get("type") == "error":
+            error = value  # Responses: a bare error event
+        if isinstance(error, dict):
+            kind = error.get("type") or error.get("code") or "error"
+            return f"{kind}: {error.get('message', '')}".strip()
+    return text[:300]

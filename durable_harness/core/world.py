@@ -1,0 +1,225 @@
+"""The World seam: journal, queue with leases, sessions and turns, blobs.
+
+A World is everything durable about a turn. The core (``harness/``) talks only to this
+interface; each backend is one module (``local.py``, ``postgres.py``, ``s3sqs.py``) and
+``tests/worlds/test_contract.py`` runs the same contract suite against all of them.
+
+Contracts every backend keeps:
+
+* **Journal** (invariants 1-3). ``insert_intent`` is durable when it returns (the caller
+  runs the call only afterwards). ``(turn_id, seq)`` and ``(turn_id, key)`` are each
+  unique: a second insert raises :class:`StepConflict`. Every journal write carries the
+  writer's lease ``epoch`` and is rejected with :class:`LeaseLost` unless it equals the
+  turn's current epoch, checked atomically with the write (fencing).
+* **Queue** (invariant 8). One message per turn. ``claim`` hands out a lease and bumps the
+  turn's epoch; a lease that is not renewed runs out and the turn is delivered again.
+  Each delivery counts as an attempt; a claim that would exceed ``max_attempts`` moves
+  the turn to the dead letter state (status ``failed`` with the reason) instead.
+* **Blobs** are content-addressed by sha256 hex; ``put_blob`` is idempotent.
+
+All methods are synchronous and thread-safe (a lease-renewal thread shares the World
+with the turn's thread). Timestamps are Unix seconds (float).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from types import TracebackType
+from typing import Any
+
+from durable_harness.core.types import UNFINISHED, Check, Lease, Session, Step, StepStatus, Turn
+
+
+class World(abc.ABC):
+    """Storage and queue for turns. See the module docstring for the contract."""
+
+    max_attempts: int = 5
+
+    # -- blobs ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def put_blob(self, data: bytes) -> str:
+        """Store ``data``; return its sha256 hex digest. Idempotent."""
+
+    @abc.abstractmethod
+    def get_blob(self, digest: str) -> bytes:
+        """Return the bytes stored under ``digest``; :class:`NotFound` if absent."""
+
+    # -- sessions and turns ----------------------------------------------------------
+    @abc.abstractmethod
+    def create_session(self, session_id: str, meta: dict[str, Any] | None = None) -> Session:
+        """Create a session; :class:`StepConflict` is not used here: an existing id is returned."""
+
+    @abc.abstractmethod
+    def get_session(self, session_id: str) -> Session: ...
+
+    @abc.abstractmethod
+    def list_sessions(self, limit: int = 100) -> list[Session]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def create_turn(
+        self, session_id: str, turn_id: str, prompt: str, config: dict[str, Any]
+    ) -> Turn:
+        """Append a turn (status ``queued``) to the session and enqueue it, atomically
+        where the backend allows. The turn's ``index`` is the session's next one."""
+
+    @abc.abstractmethod
+    def get_turn(self, turn_id: str) -> Turn: ...
+
+    @abc.abstractmethod
+    def list_turns(self, session_id: str | None = None, limit: int = 100) -> list[Turn]:
+        """A session's turns in index order, or (no session) all turns newest first."""
+
+    def has_unfinished_turns(self) -> bool:
+        """Whether any turn is still to be worked on (queued, running or waiting): what
+        ``worker --until-idle`` asks when nothing is claimable. This default reads every
+        turn; the backends answer from an index, or stop at the first one found."""
+        return any(t.status in UNFINISHED for t in self.list_turns(limit=2**31))
+
+    @abc.abstractmethod
+    def put_session_record(self, session_id: str, name: str, digest: str) -> None:
+        """Point the session's named record (e.g. a CLI transcript) at a blob."""
+
+    @abc.abstractmethod
+    def get_session_record(self, session_id: str, name: str) -> str | None:
+        """The blob digest of the session's named record, or ``None``."""
+
+    # -- queue and leases ------------------------------------------------------------
+    @abc.abstractmethod
+    def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
+        """Make the turn deliverable (after ``delay`` seconds). Deduplicated by turn:
+        a turn has at most one message."""
+
+    @abc.abstractmethod
+    def claim(self, owner: str, lease_seconds: float) -> Lease | None:
+        """Take the next deliverable turn: its message is visible (queued, or waiting and
+        woken), or its lease ran out.
+        Bumps the turn's epoch and attempt count and sets status ``running``. A turn
+        whose attempts would exceed ``max_attempts`` is dead-lettered (status
+        ``failed``, ``error`` saying why) and skipped. ``None`` when nothing is runnable."""
+
+    @abc.abstractmethod
+    def claim_turn(
+        self, turn_id: str, owner: str, lease_seconds: float, force: bool = False
+    ) -> Lease | None:
+        """Take one given turn: only if it is deliverable, or at once with ``force``
+        (which fences out the current holder by bumping the epoch). ``None`` if it is
+        held by a live lease (and not forced) or already finished."""
+
+    @abc.abstractmethod
+    def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        """Extend the lease; :class:`LeaseLost` if the epoch moved on."""
+
+    @abc.abstractmethod
+    def release(self, lease: Lease, delay: float = 0.0, error: str | None = None) -> None:
+        """Give the turn back to the queue (deliverable after ``delay``), recording
+        ``error`` as the turn's last error. Fenced."""
+
+    @abc.abstractmethod
+    def complete_turn(self, lease: Lease, result: str) -> None:
+        """Mark the turn ``done`` with its final reply and delete its message. Fenced."""
+
+    @abc.abstractmethod
+    def fail_turn(self, lease: Lease, error: str) -> None:
+        """Mark the turn ``failed`` for good (no more deliveries). Fenced."""
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Block until a turn may have become claimable, or ``timeout`` seconds passed.
+
+        What an idle worker calls between claims. A spurious or late return only costs a
+        claim that finds nothing. The default sleeps; a backend that can hear about new
+        work (PostgreSQL's LISTEN/NOTIFY) returns as soon as it does.
+        """
+        time.sleep(timeout)
+
+    # -- durable waits ---------------------------------------------------------------
+    # Not abstract yet: a backend without them raises, and the CLI says so. Contract:
+    # tests/worlds/test_contract.py's wait tests.
+    def suspend(
+        self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
+    ) -> None:
+        """Park the turn (fenced): status ``waiting``, lease and worker released, the turn
+        deliverable again at ``wake_at`` or as soon as a signal arrives (``send_signal``
+        or ``enqueue``). If the awaited ``signal`` already arrived (it raced the suspend),
+        the turn is deliverable at once. A suspend is deliberate, so the deliveries before
+        it do not count toward ``max_attempts``."""
+        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
+
+    def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
+        """Record signal ``name`` for the turn and wake it if it waits. The first payload
+        wins: a duplicate is ignored and returns False. A signal sent before the turn
+        waits for it is kept until it does. :class:`NotFound` for an unknown turn."""
+        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
+
+    def get_signal(self, turn_id: str, name: str) -> str | None:
+        """The payload of signal ``name`` for the turn, or None if it has not arrived."""
+        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
+
+    # -- journal -------------------------------------------------------------------
+    @abc.abstractmethod
+    def load_steps(self, turn_id: str) -> list[Step]:
+        """The turn's journal in ``seq`` order. :class:`CorruptJournal` on a bad row."""
+
+    @abc.abstractmethod
+    def insert_intent(self, step: Step) -> None:
+        """Durably record a step's intent (``step.status`` is ``intent``), fenced by
+        ``step.epoch``. :class:`StepConflict` if the seq or key is taken."""
+
+    @abc.abstractmethod
+    def restart_intent(self, turn_id: str, seq: int, epoch: int) -> int:
+        """Record that an interrupted intent is being run again (fenced); return the new
+        attempt count. Only for steps still in status ``intent``. ``started_at`` keeps
+        the first start (a wait's deadline is measured from it)."""
+
+    @abc.abstractmethod
+    def finish_step(
+        self,
+        turn_id: str,
+        seq: int,
+        epoch: int,
+        status: StepStatus,
+        output: str | None,
+        output_blob: str | None,
+        meta: dict[str, Any],
+    ) -> None:
+        """Record the outcome of a step in status ``intent`` (fenced). ``status`` is
+        ``done`` or ``possibly_ran``. A step that already has an outcome raises
+        :class:`StepConflict`."""
+
+    # -- health ----------------------------------------------------------------------
+    def doctor(self) -> list[Check]:
+        """What ``durable-harness doctor`` reports: connectivity, permissions, schema.
+
+        The default round-trips a blob and lists turns; backends add their own checks
+        (server version, schema version, conditional writes) and never raise for a
+        failed check: they report it with what to do.
+        """
+        checks: list[Check] = []
+        try:
+            digest = self.put_blob(b"durable-harness doctor")
+            ok = self.get_blob(digest) == b"durable-harness doctor"
+            checks.append(Check("blobs", ok, "write and read back a blob"))
+        except Exception as exc:
+            checks.append(Check("blobs", False, f"{type(exc).__name__}: {exc}"))
+        try:
+            self.list_turns(limit=1)
+            checks.append(Check("turns", True, "list turns"))
+        except Exception as exc:
+            checks.append(Check("turns", False, f"{type(exc).__name__}: {exc}"))
+        return checks
+
+    # -- lifecycle -----------------------------------------------------------------
+    def close(self) -> None:  # noqa: B027 - optional for backends without resources
+        """Release connections and files."""
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,169 @@
+"""Starting and resuming turns: what ``run`` and ``resume`` do, apart from printing."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from durable_harness.adapters import get_adapter
+from durable_harness.adapters.base import TurnRun
+from durable_harness.core.errors import ConfigError
+from durable_harness.core.settings import Settings
+from durable_harness.core.types import UNFINISHED, Lease, Turn, TurnStatus
+from durable_harness.core.world import World
+from durable_harness.harness.journal import Journal, StepEvent
+from durable_harness.runtime.worker import Worker
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+def turn_config(
+    *,
+    agent: str,
+    workspace: str,
+    tools: list[str],
+    model: str | None,
+    base_url: str | None,
+    settings: Settings,
+) -> dict[str, Any]:
+    """What a worker anywhere needs to run the turn (never a secret)."""
+    if workspace not in ("virtual", "docker"):
+        workspace = str(Path(workspace).resolve())
+    config: dict[str, Any] = {
+        "agent": agent,
+        "workspace": workspace,
+        "tools": [absolute_tools_spec(s) for s in tools],
+        "model": model or settings.model,
+        "max_tokens": settings.max_tokens,
+        "max_model_calls": settings.max_model_calls,
+        "max_files": settings.max_files,
+        "max_bytes": settings.max_bytes,
+        # Authenticates webhook signals for this turn (`durable-harness signal-server`).
+        "signal_secret": secrets.token_urlsafe(24),
+    }
+    if base_url:
+        config["base_url"] = base_url
+    return config
+
+
+def start_turn(
+    world: World,
+    settings: Settings,
+    prompt: str,
+    config: dict[str, Any],
+    session_id: str | None = None,
+    *,
+    queue_behind: bool = False,
+) -> Turn:
+    """Check the configuration, then create (or extend) the session and enqueue a turn.
+
+    Turns of a session run in order. With ``queue_behind`` a turn may be added while an
+    earlier one is unfinished (workers park it until that one ends); without, that is an
+    error, since the caller means to drive the new turn now."""
+    if not prompt.strip():
+        raise ConfigError("the prompt is empty: say what the agent should do")
+    get_adapter(str(config["agent"])).check(config, settings)
+    if session_id is not None:
+        world.get_session(session_id)
+        unfinished = [t for t in world.list_turns(session_id) if t.status in UNFINISHED]
+        if unfinished and not queue_behind:
+            raise ConfigError(
+                f"turn {unfinished[0].turn_id} of session {session_id} has not finished: "
+                f"wait for it, run `durable-harness resume {unfinished[0].turn_id}`, or "
+                "queue this one behind it with --detach"
+            )
+    else:
+        session_id = new_id("ses")
+        world.create_session(session_id, {"agent": config["agent"]})
+    return world.create_turn(session_id, new_id("turn"), prompt, config)
+
+
+def claim_for_resume(
+    world: World,
+    settings: Settings,
+    turn_id: str,
+    owner: str,
+    *,
+    force: bool,
+    say: Callable[[str], None],
+) -> Lease | None:
+    """Take the turn: at once if it is free, after its holder's lease runs out, or at once
+    with ``force`` (which fences the holder out). ``None`` if it already ended."""
+    announced = False
+    while True:
+        lease = world.claim_turn(turn_id, owner, settings.lease_seconds, force=force)
+        if lease is not None:
+            return lease
+        turn = world.get_turn(turn_id)
+        if turn.status in (TurnStatus.DONE, TurnStatus.FAILED):
+            return None
+        if not announced:
+            if turn.status is TurnStatus.WAITING:
+                say(
+                    f"turn {turn_id} is parked, waiting for {turn.waiting_for}; waiting with "
+                    "it (--force wakes it now to check again)"
+                )
+            else:
+                left = max((turn.lease_expires_at or time.time()) - time.time(), 0.0)
+                say(
+                    f"turn {turn_id} is held by {turn.lease_owner} for {left:.1f}s more; "
+                    "waiting for its lease to run out (--force takes it now)"
+                )
+            announced = True
+        time.sleep(min(settings.poll_seconds, 0.2))
+
+
+def progress_printer(stream: Any = None) -> Callable[[StepEvent], None]:
+    out = stream or sys.stderr
+
+    def show(event: StepEvent) -> None:
+        if event.phase == "start":
+            return
+        extra = ""
+        if event.kind == "model" and "input_tokens" in event.meta:
+            extra = f"  {event.meta['input_tokens']}/{event.meta['output_tokens']} tokens"
+        took = f"  {event.duration:.2f}s" if event.phase == "done" else ""
+        label = {"done": "ran", "replayed": "replayed", "possibly_ran": "possibly ran"}[event.phase]
+        out.write(f"  step {event.seq:>3}  {event.kind:<5} {event.name:<20} {label}{took}{extra}\n")
+        out.flush()
+
+    return show
+
+
+def make_worker(world: World, settings: Settings, *, quiet: bool = False) -> Worker:
+    def event(msg: str) -> None:
+        if not quiet:
+            sys.stderr.write(f"durable-harness: {msg}\n")
+            sys.stderr.flush()
+
+    return Worker(world, settings, on_step=None if quiet else progress_printer(), on_event=event)
+
+
+def absolute_tools_spec(spec: str) -> str:
+    """``path.py:NAME`` with the path made absolute, so a worker anywhere can load it."""
+    path, sep, attr = spec.rpartition(":")
+    if not sep or not path:
+        return spec  # load_tools reports the malformed spec
+    return f"{Path(path).resolve()}:{attr}"
+
+
+def replay_turn(world: World, settings: Settings, turn_id: str) -> tuple[str, int]:
+    """Run a finished turn again from its journal alone: no model call, no tool run, no
+    write. Returns the reply and the number of steps read back."""
+    turn = world.get_turn(turn_id)
+    if turn.status is not TurnStatus.DONE:
+        raise ConfigError(
+            f"turn {turn_id} is {turn.status.value}: only a finished turn can be replayed "
+            f"(`durable-harness resume {turn_id}` finishes it)"
+        )
+    lease = Lease(turn_id, turn.session_id, "replay", turn.epoch, turn.attempts, float("inf"))
+    journal = Journal(world, lease, replay_only=True)
+    reply = get_adapter(str(turn.config["agent"])).run_turn(TurnRun(world, turn, journal, settings))
+    return reply, journal.replayed

@@ -1,0 +1,105 @@
+"""What ``show`` and ``ls`` print: rows built from the World, as text or JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durable_harness.core.types import Step, StepStatus, Turn
+from durable_harness.core.world import World
+
+
+def step_row(step: Step, turn: Turn) -> dict[str, Any]:
+    """One line of ``show``. ``how`` says whether the outcome was computed by the turn's
+    latest delivery (``live``) or read back from the journal by it (``replayed``)."""
+    if step.status is StepStatus.INTENT:
+        how = "interrupted" if turn.lease_owner is None else "running"
+    elif step.status is StepStatus.POSSIBLY_RAN:
+        how = "not re-run"
+    else:
+        how = "live" if step.meta.get("turn_attempt") == turn.attempts else "replayed"
+    return {
+        "seq": step.seq,
+        "kind": step.kind,
+        "name": step.name,
+        "key": step.key,
+        "status": step.status.value,
+        "how": how,
+        "attempts": step.attempts,
+        "duration": step.meta.get("duration"),
+        "input_tokens": step.meta.get("input_tokens"),
+        "output_tokens": step.meta.get("output_tokens"),
+        "recorded_by_delivery": step.meta.get("turn_attempt"),
+    }
+
+
+def turn_row(turn: Turn) -> dict[str, Any]:
+    return {
+        "turn_id": turn.turn_id,
+        "session_id": turn.session_id,
+        "index": turn.index,
+        "status": turn.status.value,
+        "deliveries": turn.attempts,
+        "epoch": turn.epoch,
+        "lease_owner": turn.lease_owner,
+        "lease_expires_at": turn.lease_expires_at,
+        "prompt": turn.prompt,
+        "result": turn.result,
+        "error": turn.error,
+        "agent": turn.config.get("agent"),
+        "waiting_for": turn.waiting_for,
+        "created_at": turn.created_at,
+        "finished_at": turn.finished_at,
+    }
+
+
+def show_data(world: World, turn_id: str) -> dict[str, Any]:
+    turn = world.get_turn(turn_id)
+    steps = world.load_steps(turn_id)
+    return {"turn": turn_row(turn), "steps": [step_row(s, turn) for s in steps]}
+
+
+def format_show(data: dict[str, Any]) -> str:
+    t = data["turn"]
+    lines = [
+        f"turn {t['turn_id']}  session {t['session_id']}  #{t['index']}  {t['status']}  "
+        f"deliveries {t['deliveries']}  agent {t['agent']}",
+        f"prompt: {_short(t['prompt'], 100)}",
+        f"{'seq':>4}  {'kind':<5}  {'name':<22}  {'status':<12}  {'how':<11}  "
+        f"{'att':>3}  {'secs':>7}  {'tokens in/out':>13}",
+    ]
+    for s in data["steps"]:
+        tokens = ""
+        if s["input_tokens"] is not None:
+            tokens = f"{s['input_tokens']}/{s['output_tokens']}"
+        secs = "" if s["duration"] is None else f"{s['duration']:.3f}"
+        lines.append(
+            f"{s['seq']:>4}  {s['kind']:<5}  {_short(s['name'], 22):<22}  {s['status']:<12}  "
+            f"{s['how']:<11}  {s['attempts']:>3}  {secs:>7}  {tokens:>13}"
+        )
+    if t["result"] is not None:
+        lines.append(f"reply: {t['result']}")
+    if t["error"]:
+        lines.append(f"error: {t['error']}")
+    return "\n".join(lines)
+
+
+def ls_data(world: World, limit: int = 50) -> list[dict[str, Any]]:
+    return [turn_row(t) for t in world.list_turns(limit=limit)]
+
+
+def format_ls(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no turns yet: start one with `durable-harness run PROMPT`"
+    lines = [f"{'session':<22}  {'turn':<22}  {'#':>2}  {'status':<8}  {'dlv':>3}  prompt"]
+    for r in rows:
+        lines.append(
+            f"{r['session_id']:<22}  {r['turn_id']:<22}  {r['index']:>2}  {r['status']:<8}  "
+            f"{r['deliveries']:>3}  {_short(r['prompt'], 50)}"
+            + (f"  [waits for {r['waiting_for']}]" if r["waiting_for"] else "")
+        )
+    return "\n".join(lines)
+
+
+def _short(text: str | None, width: int) -> str:
+    text = (text or "").replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
