@@ -1,4 +1,5 @@
-"""core.canonical."""
+"""The JSON spellings: canonical (for hashes and stored inputs) and compact (as providers
+send it). Changing :func:`canonical_json` changes every hash: see :mod:`.keys`."""
 
 from __future__ import annotations
 
@@ -14,10 +15,6 @@ def canonical_json(value: Any) -> str:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def input_digest(value: Any) -> str:
-    return sha256_hex(canonical_json(value).encode())
 
 
 def dumps_compact(value: Any) -> bytes:

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from dataclasses import replace as _replace
 from typing import Any
 
-from durable_harness.core.canonical import canonical_json, input_digest
+from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import CorruptJournal, ReplayDivergence, TurnFailed
+from durable_harness.core.keys import blob_ref, idempotency_key, input_digest
 from durable_harness.core.types import Lease, Replay, Step, StepStatus
 from durable_harness.core.world import World
 from durable_harness.harness.crash import CrashPlan
 
 #: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
 BLOB_THRESHOLD = 64 * 1024
-BLOB_PREFIX = "blob:"
 
 POSSIBLY_RAN_MESSAGE = (
     "This call was interrupted before its outcome was recorded: it may or may not have "
@@ -280,7 +280,7 @@ class Journal:
             )
 
     def _finish_possibly_ran(self, step: Step) -> StepResult:
-        message = POSSIBLY_RAN_MESSAGE.format(key=f"{self.turn_id}:{step.seq}")
+        message = POSSIBLY_RAN_MESSAGE.format(key=idempotency_key(self.turn_id, step.seq))
         meta = {"turn_attempt": self.lease.attempt}
         output = canonical_json(message)
         self.world.finish_step(
@@ -313,7 +313,7 @@ class Journal:
         text = canonical_json(value)
         if len(text) <= self.blob_threshold:
             return text
-        return BLOB_PREFIX + self.world.put_blob(text.encode())
+        return blob_ref(self.world.put_blob(text.encode()))
 
     def _stored_output(self, value: Any) -> tuple[str | None, str | None]:
         text = canonical_json(value)

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from durable_harness.core.errors import ToolDefinitionError
+from durable_harness.core.keys import idempotency_key
 from durable_harness.core.types import REPLAY_RULES, Replay
 
 
@@ -44,7 +45,7 @@ class ToolContext:
     @property
     def idempotency_key(self) -> str:
         """Stable across retries of this step: ``<turn_id>:<seq>``."""
-        return f"{self.turn_id}:{self.seq}"
+        return idempotency_key(self.turn_id, self.seq)
 
     def signal_url(self, name: str, base_url: str) -> str:
         """Where an outside system (a CI job) POSTs signal ``name`` for this turn, given

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from durable_harness.core.canonical import input_digest
 from durable_harness.core.errors import LeaseLost, ReplayDivergence, TurnFailed
+from durable_harness.core.keys import input_digest
 from durable_harness.core.types import Lease, Step, StepStatus
 from durable_harness.harness.journal import BLOB_THRESHOLD, Journal, OpenStep, Outcome, StepResult
 from durable_harness.worlds.local import LocalWorld

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.keys import tool_key
 from durable_harness.core.types import Replay, StepStatus
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
 
@@ -188,7 +189,7 @@ class ToolHooks:
             if self.waits is not None and self.waits.handles(bare):
                 return self.waits.pre_tool_use(bare, tool_input, tool_use_id)
             return allow("a durable-harness host tool: journaled by the harness itself")
-        key = f"tool:{tool_use_id}"
+        key = tool_key(tool_use_id)
         if self.journal.lookup(key) is None and self.before_intent is not None:
             self.before_intent(payload.get("transcript_path"), tool_use_id)
         begun = self.journal.begin_keyed(
@@ -240,7 +241,7 @@ class ToolHooks:
             step = self.open.pop(tool_use_id, None)
             if step is not None or not self.adopt or tool_use_id in self._adopted:
                 return step
-            recorded = self.journal.lookup(f"tool:{tool_use_id}")
+            recorded = self.journal.lookup(tool_key(tool_use_id))
             if recorded is None or recorded.status is not StepStatus.INTENT:
                 return None
             self._adopted.add(tool_use_id)
@@ -317,7 +318,7 @@ def save_before_host_calls(
             and saver is not None
             and name.startswith(prefix)
             and call_id
-            and journal.lookup(f"tool:{call_id}") is None
+            and journal.lookup(tool_key(call_id)) is None
         ):
             saver(payload.get("transcript_path"), call_id)
         return inner(event, payload)

@@ -38,9 +38,10 @@ from typing import IO, TYPE_CHECKING
 
 from durable_harness.adapters.cli import hook_client, reaper
 from durable_harness.core.errors import ConfigError, LeaseLost
+from durable_harness.core.keys import BLOB_PREFIX, is_launch_key
 from durable_harness.core.types import Step
 from durable_harness.core.world import World
-from durable_harness.harness.journal import BLOB_PREFIX, Journal
+from durable_harness.harness.journal import Journal
 
 if TYPE_CHECKING:
     from durable_harness.adapters.proxy.server import JournalingProxy
@@ -390,7 +391,7 @@ def supervise(cli: CliRun, proxy: JournalingProxy, on_line: Callable[[bytes], No
 def launch_steps(journal: Journal) -> list[Step]:
     """The turn's ``launch:<n>`` steps, oldest first."""
     steps = sorted(journal.recorded.values(), key=lambda s: s.seq)
-    return [s for s in steps if s.key.startswith("launch:")]
+    return [s for s in steps if is_launch_key(s.key)]
 
 
 def stored_input(world: World, step: Step) -> str:

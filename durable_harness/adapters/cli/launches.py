@@ -50,7 +50,6 @@ from durable_harness.adapters.cli.host import (
     stored_input,
 )
 from durable_harness.adapters.cli.jobs import job_id, workspace_of
-from durable_harness.adapters.cli.records import LAUNCH_PREFIX
 from durable_harness.adapters.cli.waits import WaitGate
 from durable_harness.core.errors import (
     ConfigError,
@@ -59,6 +58,7 @@ from durable_harness.core.errors import (
     TurnFailed,
     TurnSuspended,
 )
+from durable_harness.core.keys import launch_key
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.types import StepStatus, TurnStatus
 from durable_harness.core.world import World
@@ -151,7 +151,7 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
     begun = journal.begin_keyed(
         kind="agent",
         name=agent,
-        key=f"{LAUNCH_PREFIX}{number}",
+        key=launch_key(number),
         input=plan,
         replay="safe",
         store_input=True,

@@ -17,6 +17,7 @@ from typing import Any
 
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import TurnSuspended
+from durable_harness.core.keys import tool_key
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.journal import Journal, Outcome, StepResult
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
@@ -87,7 +88,7 @@ class HostToolServer:
         begun = self.journal.begin_keyed(
             kind="tool",
             name=name,
-            key=f"tool:{tool_use_id}",
+            key=tool_key(tool_use_id),
             input=arguments,
             replay=tool.replay,
             store_input=True,

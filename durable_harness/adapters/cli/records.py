@@ -25,6 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_harness.adapters.proxy.server import message_of
+from durable_harness.core.keys import (
+    idempotency_key,
+    is_launch_key,
+    session_record_name,
+    tool_use_id_of,
+)
 from durable_harness.core.types import Step, StepStatus, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import POSSIBLY_RAN_MESSAGE, decode_output
@@ -42,7 +48,6 @@ __all__ = [
 
 #: A finished tool's result is quoted in the resume message up to this many characters.
 RESULT_QUOTE_CHARS = 2000
-LAUNCH_PREFIX = "launch:"
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ class TranscriptStore:
         return data
 
     def point(self, session_id: str, turn_id: str, epoch: int, saved: Saved) -> None:
-        name = f"{self.record_prefix}/{turn_id}/{epoch}"
+        name = session_record_name(self.record_prefix, turn_id, epoch)
         self.world.put_session_record(session_id, name, saved.digest)
 
 
@@ -99,7 +104,9 @@ def latest_turn_transcript(
 ) -> str | None:
     """The newest transcript save of the turn by an earlier lease epoch, or None."""
     for older in range(epoch - 1, -1, -1):
-        digest = world.get_session_record(session_id, f"{record_prefix}/{turn_id}/{older}")
+        digest = world.get_session_record(
+            session_id, session_record_name(record_prefix, turn_id, older)
+        )
         if digest is not None:
             return digest
     return None
@@ -110,7 +117,7 @@ def previous_turn_transcript(world: World, session_id: str, index: int) -> str |
     for turn in reversed(world.list_turns(session_id)):
         if turn.index >= index or turn.status is not TurnStatus.DONE:
             continue
-        launches = [s for s in world.load_steps(turn.turn_id) if s.key.startswith(LAUNCH_PREFIX)]
+        launches = [s for s in world.load_steps(turn.turn_id) if is_launch_key(s.key)]
         done = [s for s in launches if s.status is StepStatus.DONE]
         if done:
             value = decode_output(world, done[-1])
@@ -163,7 +170,7 @@ def compose_resume_message(
     """:func:`resume_message` for any CLI: ``facts`` says what its restored session record
     holds, ``lost_reply`` quotes a recorded model reply the record lacks."""
     lines: list[str] = []
-    tool_steps = {s.key.removeprefix("tool:"): s for s in steps if s.kind == "tool"}
+    tool_steps = {tool_use_id_of(s.key): s for s in steps if s.kind == "tool"}
     for step in steps:
         if step.kind == "model" and step.status is StepStatus.DONE:
             message_id = step.meta.get("message_id")
@@ -176,7 +183,7 @@ def compose_resume_message(
                         "started); make it again if it is still needed."
                     )
         elif step.kind == "tool":
-            lines.append(_tool_line(world, step, step.key.removeprefix("tool:"), facts))
+            lines.append(_tool_line(world, step, tool_use_id_of(step.key), facts))
     listing = "\n".join(lines) if lines else "- (no tool call was recorded)"
     return (
         "[durable-harness] This turn was interrupted (the process running it stopped) and "
@@ -196,7 +203,7 @@ def _tool_line(world: World, step: Step, tool_use_id: str, facts: TranscriptFact
             return f"{label}: finished (its result is above)."
         return f"{label}: finished. Its result: {_quote(decode_output(world, step))}"
     if step.status is StepStatus.POSSIBLY_RAN:
-        key = f"{step.turn_id}:{step.seq}"
+        key = idempotency_key(step.turn_id, step.seq)
         return f"{label}: MAY OR MAY NOT HAVE HAPPENED. {POSSIBLY_RAN_MESSAGE.format(key=key)}"
     return f"{label}: was interrupted; it is safe to run it again."
 

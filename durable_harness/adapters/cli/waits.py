@@ -42,9 +42,10 @@ from typing import Any
 from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.cli.hooks import allow, deny
 from durable_harness.core.errors import TurnSuspended
+from durable_harness.core.keys import BLOB_PREFIX, tool_key
 from durable_harness.core.types import StepStatus
 from durable_harness.core.world import World
-from durable_harness.harness.journal import BLOB_PREFIX, Journal, OpenStep, Outcome, StepResult
+from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
 from durable_harness.harness.waits import wait_tools
 
@@ -100,7 +101,7 @@ class WaitGate:
         begun = self.journal.begin_keyed(
             kind="tool",
             name=name,
-            key=f"tool:{tool_use_id}",
+            key=tool_key(tool_use_id),
             input=tool_input,
             replay=tool.replay,
             store_input=True,

@@ -19,9 +19,10 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from durable_harness.adapters.cli.records import LAUNCH_PREFIX, TranscriptFacts
+from durable_harness.adapters.cli.records import TranscriptFacts
 from durable_harness.adapters.proxy.server import message_of
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
+from durable_harness.core.keys import is_launch_key, session_record_name
 from durable_harness.core.types import Step, StepStatus, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import decode_output
@@ -57,13 +58,13 @@ class Rollout:
 
 def point(world: World, session_id: str, turn_id: str, epoch: int, rollout: Rollout) -> None:
     digest = world.put_blob(json.dumps(rollout.as_json(), sort_keys=True).encode())
-    world.put_session_record(session_id, f"codex/{turn_id}/{epoch}", digest)
+    world.put_session_record(session_id, session_record_name("codex", turn_id, epoch), digest)
 
 
 def latest_turn_rollout(world: World, session_id: str, turn_id: str, epoch: int) -> Rollout | None:
     """The newest rollout save of the turn by an earlier lease epoch, or None."""
     for older in range(epoch - 1, -1, -1):
-        digest = world.get_session_record(session_id, f"codex/{turn_id}/{older}")
+        digest = world.get_session_record(session_id, session_record_name("codex", turn_id, older))
         if digest is not None:
             return Rollout.of(json.loads(world.get_blob(digest)))
     return None
@@ -74,7 +75,7 @@ def previous_turn_rollout(world: World, session_id: str, index: int) -> Rollout 
     for turn in reversed(world.list_turns(session_id)):
         if turn.index >= index or turn.status is not TurnStatus.DONE:
             continue
-        launches = [s for s in world.load_steps(turn.turn_id) if s.key.startswith(LAUNCH_PREFIX)]
+        launches = [s for s in world.load_steps(turn.turn_id) if is_launch_key(s.key)]
         done = [s for s in launches if s.status is StepStatus.DONE]
         if done:
             value = decode_output(world, done[-1])

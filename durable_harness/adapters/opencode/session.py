@@ -29,6 +29,7 @@ from typing import Any
 
 from durable_harness.adapters.cli.records import TranscriptFacts
 from durable_harness.core.errors import DurableHarnessError
+from durable_harness.core.keys import session_record_name
 from durable_harness.core.types import Step, StepStatus
 from durable_harness.core.world import World
 
@@ -43,7 +44,7 @@ __all__ = [
     "tool_call_ids",
 ]
 
-RECORD_PREFIX = "opencode/"
+RECORD_PREFIX = "opencode"
 #: OpenCode's result for a tool call it was killed during; not a real result.
 INTERRUPTED_TEXT = "Tool execution was interrupted"
 
@@ -159,14 +160,16 @@ class DatabaseStore:
         return result
 
     def point(self, session_id: str, turn_id: str, epoch: int, saved: Saved) -> None:
-        name = f"{RECORD_PREFIX}{turn_id}/{epoch}"
+        name = session_record_name(RECORD_PREFIX, turn_id, epoch)
         self.world.put_session_record(session_id, name, saved.digest)
 
 
 def latest_turn_save(world: World, session_id: str, turn_id: str, epoch: int) -> str | None:
     """The newest database save of the turn by an earlier lease epoch, or None."""
     for older in range(epoch - 1, -1, -1):
-        digest = world.get_session_record(session_id, f"{RECORD_PREFIX}{turn_id}/{older}")
+        digest = world.get_session_record(
+            session_id, session_record_name(RECORD_PREFIX, turn_id, older)
+        )
         if digest is not None:
             return digest
     return None

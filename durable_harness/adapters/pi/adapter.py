@@ -74,6 +74,7 @@ from durable_harness.adapters.pi.provider import PiConfig, pi_canonicalizer, pi_
 from durable_harness.adapters.pi.session import pi_session_facts
 from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.core.errors import ConfigError, DurableHarnessError, ModelError, TurnFailed
+from durable_harness.core.keys import tool_key
 from durable_harness.core.settings import Settings
 from durable_harness.core.types import Replay, StepStatus
 from durable_harness.harness.journal import decode_output
@@ -366,7 +367,7 @@ class _Launch:
             tool_use_id = str(payload.get("tool_use_id") or "")
             opened = tool_use_id in hooks.open
             hooks.handle(event, payload)
-            recorded = None if opened else self.journal.lookup(f"tool:{tool_use_id}")
+            recorded = None if opened else self.journal.lookup(tool_key(tool_use_id))
             if recorded is not None and recorded.status is StepStatus.DONE:
                 # Ran although the journal already had its outcome: the model must see
                 # the recorded result, as every other run of this turn did.

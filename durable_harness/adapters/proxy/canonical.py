@@ -23,11 +23,10 @@ recorded answers, so a change here is a change of the journal format.
 from __future__ import annotations
 
 import abc
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from durable_harness.core.canonical import canonical_json
+from durable_harness.core.keys import input_digest
 
 __all__ = [
     "AnthropicMessagesCanonicalizer",
@@ -63,7 +62,7 @@ class Canonicalizer(abc.ABC):
     ) -> str:
         """sha256 hex of the canonical form's canonical JSON."""
         form = self.canonical(path, headers, body, tool_outcomes)
-        return hashlib.sha256(canonical_json(form).encode("utf-8")).hexdigest()
+        return input_digest(form)
 
 
 class AnthropicMessagesCanonicalizer(Canonicalizer):

@@ -56,6 +56,7 @@ from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
 from durable_harness.core.canonical import sha256_hex
 from durable_harness.core.errors import DurableHarnessError, ModelError, ReplayDivergence
+from durable_harness.core.keys import model_key, tool_key
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.httpio import BodyCut, read_body
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
@@ -184,7 +185,7 @@ class JournalingProxy:
 
     def tool_outcome(self, tool_use_id: str) -> str | None:
         """Digest of the recorded outcome of CLI tool call ``tool_use_id`` (canonical form)."""
-        step = self.journal.lookup(f"tool:{tool_use_id}")
+        step = self.journal.lookup(tool_key(tool_use_id))
         if step is None or step.status is not StepStatus.DONE:
             return None
         return step.output_blob or sha256_hex((step.output or "").encode())
@@ -198,7 +199,7 @@ class JournalingProxy:
         if self.callbacks.on_request is not None:
             self.callbacks.on_request(body)
         digest = self.canonicalizer.key(path, headers, body, self.tool_outcome)
-        key = f"model:{digest}"
+        key = model_key(digest)
         model = str(body.get("model") or "model")
         while True:
             with self._lock:
