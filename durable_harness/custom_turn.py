@@ -139,7 +139,8 @@ class JournaledTurn:
         journal. The step is checked by the hash of the canonical ``request`` (JSON,
         keys sorted), which must hold everything ``call`` sends. A model call replays as
         ``safe``: one interrupted before its reply was recorded is sent again. If
-        ``call`` raises, nothing is recorded and the exception propagates.
+        ``call`` raises, nothing is recorded and the exception propagates; calling again
+        in this run retries the same step.
         """
         body = dict(request)
         label = name or str(body.get("model") or "model")
@@ -176,8 +177,9 @@ class JournaledTurn:
         harmless (it runs again when interrupted), ``"never"`` if it has a side effect
         that must not repeat (when interrupted, it is not run again and the result says
         it *possibly ran*). ``call_id`` (the model's tool-call id) joins the step's key.
-        If ``fn`` raises, nothing is recorded: the step stays interrupted and the next
-        run follows its replay rule. Return an error as a value to have it recorded.
+        If ``fn`` raises, nothing is recorded: the step stays interrupted, and the next
+        run, or a retry in this one, follows its replay rule. Return an error as a value
+        to have it recorded.
         """
         spec = Tool(name, name, {"type": "object"}, replay, fn)
         return self.run_tool(spec, args, call_id=call_id)

@@ -336,3 +336,31 @@ def test_leaving_the_block_finishes_the_turn(world: World) -> None:
     assert world.get_turn("turn_i").status is TurnStatus.DONE
     with pytest.raises(ConfigError, match="is finished"):
         t.tool_call("late", {}, lambda args: "x", replay="safe")
+
+
+def test_a_step_retried_in_the_same_run_is_the_same_step(world: World) -> None:
+    """A program that catches a failed call and tries again makes that step again (a model
+    call runs again, a never tool comes back possibly-ran), not a new step that a resumed
+    run would find out of order."""
+    fx = Effects()
+    failures = iter([RuntimeError("overloaded")])
+
+    def flaky() -> dict[str, Any]:
+        for exc in failures:
+            raise exc
+        return {"text": "finally"}
+
+    with journaled_turn(world, "turn_j") as t:
+        with pytest.raises(RuntimeError, match="overloaded"):
+            t.model_call({"model": "m"}, flaky)
+        assert t.model_call({"model": "m"}, flaky) == {"text": "finally"}
+        with pytest.raises(RuntimeError, match="pay died"):
+            t.tool_call("pay", {}, fx.tool("pay", fail=True), replay="never")
+        assert t.tool_call("pay", {}, fx.tool("pay"), replay="never").possibly_ran
+        t.finish("ok")
+    steps = world.load_steps("turn_j")
+    assert [(s.seq, s.kind, s.status.value, s.attempts) for s in steps] == [
+        (0, "model", "done", 2),
+        (1, "tool", "possibly_ran", 1),
+    ]
+    assert fx.calls == ["pay:{}"]
