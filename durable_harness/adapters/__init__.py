@@ -23,6 +23,8 @@ ADAPTERS: dict[str, str] = {
     "codex": "durable_harness.adapters.codex.adapter:CodexAdapter",
     "pi": "durable_harness.adapters.pi.adapter:PiAdapter",
     "opencode": "durable_harness.adapters.opencode.adapter:OpenCodeAdapter",
+    # A program's own loop on the Python API: workers only park its turns (custom.py).
+    "custom": "durable_harness.adapters.custom.adapter:CustomAdapter",
 }
 PLANNED = tuple(n for n in ("codex", "opencode", "pi") if n not in ADAPTERS)
 AVAILABLE = tuple(ADAPTERS)

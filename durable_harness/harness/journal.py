@@ -155,7 +155,18 @@ class Journal:
             begun = self._begin(seq, kind, name, key, input, replay, store_input)
         if isinstance(begun, StepResult):
             return begun
-        return self.end(begun, call(begun.step.seq))
+        try:
+            outcome = call(begun.step.seq)
+        except BaseException:
+            # The step stays an interrupted intent. A caller that retries it in this run
+            # (a program's own loop, catching a model error) gets the same seq back, so the
+            # retry is that step again under its replay rule, as it will be after a crash,
+            # rather than a new step that a resumed run would find out of order.
+            with self._lock:
+                if self._next_seq == seq + 1:
+                    self._next_seq = seq
+            raise
+        return self.end(begun, outcome)
 
     def begin_keyed(
         self,

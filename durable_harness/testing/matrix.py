@@ -118,6 +118,13 @@ class _Run:
         return data, hashes, str(data["turn"]["result"])
 
 
+#: Runs the turn once in a fresh World, named for the cell: crashing at ``crash_at`` (a
+#: ``DURABLE_HARNESS_CRASH_AT`` value) and then resuming, or cleanly when it is None.
+#: Returns the turn as ``show --json`` prints it, the request hashes of the fake model's
+#: log (one per answered request) and the final reply.
+TurnRunner = Callable[[str, str | None], tuple[dict[str, Any], list[str], str]]
+
+
 def run_matrix(
     script: Path,
     tools: list[str],
@@ -130,34 +137,48 @@ def run_matrix(
     with tempfile.TemporaryDirectory(prefix="durable-harness-matrix-") as tmp:
         specs = [absolute_tools_spec(s) for s in tools]
         run = _Run(Path(tmp), script.resolve(), specs, prompt, {})
-        clean, _, reply = run.turn("clean", None)
-        steps = clean["steps"]
-        say(f"clean run: {len(steps)} steps, reply: {reply!r}")
-        say(f"crashing at {len(steps)} steps x {len(points)} points = {len(steps) * len(points)}")
-        results: list[CellResult] = []
-        for step in steps:
-            for point in points:
-                cell = f"{step['seq']}:{point}"
-                try:
-                    data, hashes, got = run.turn(cell.replace(":", "-"), cell)
-                    repeated = sum(n - 1 for n in Counter(hashes).values() if n > 1)
-                    reruns = sum(s["attempts"] - 1 for s in data["steps"] if s["name"] in never)
-                    result = CellResult(
-                        step["seq"],
-                        step["kind"],
-                        step["name"],
-                        point,
-                        repeated,
-                        reruns,
-                        got == reply,
-                    )
-                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
-                    result = CellResult(
-                        step["seq"], step["kind"], step["name"], point, 0, 0, False, str(exc)
-                    )
-                results.append(result)
-                say(format_cell(result))
-        return results
+        return run_cells(run.turn, never, points=points, say=say)
+
+
+def run_cells(
+    turn: TurnRunner,
+    never: set[str],
+    *,
+    points: tuple[str, ...] = CRASH_POINTS,
+    say: Callable[[str], None] = print,
+) -> list[CellResult]:
+    """The matrix over any way of running a turn (the CLI's ``run``/``resume``, or a
+    program of the user's own on the Python API): a clean run gives the steps and the
+    reply, then every step x point is crashed, resumed and scored. ``never`` names the
+    steps whose re-runs count."""
+    clean, _, reply = turn("clean", None)
+    steps = clean["steps"]
+    say(f"clean run: {len(steps)} steps, reply: {reply!r}")
+    say(f"crashing at {len(steps)} steps x {len(points)} points = {len(steps) * len(points)}")
+    results: list[CellResult] = []
+    for step in steps:
+        for point in points:
+            cell = f"{step['seq']}:{point}"
+            try:
+                data, hashes, got = turn(cell.replace(":", "-"), cell)
+                repeated = sum(n - 1 for n in Counter(hashes).values() if n > 1)
+                reruns = sum(s["attempts"] - 1 for s in data["steps"] if s["name"] in never)
+                result = CellResult(
+                    step["seq"],
+                    step["kind"],
+                    step["name"],
+                    point,
+                    repeated,
+                    reruns,
+                    got == reply,
+                )
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+                result = CellResult(
+                    step["seq"], step["kind"], step["name"], point, 0, 0, False, str(exc)
+                )
+            results.append(result)
+            say(format_cell(result))
+    return results
 
 
 def format_cell(r: CellResult) -> str:

@@ -14,16 +14,22 @@ from durable_harness.core.errors import ConfigError
 from durable_harness.core.world import World
 
 KNOWN_WORLDS = ("local", "postgres", "s3sqs")
-_SCHEMES = {"postgresql": "postgres", "postgres": "postgres", "s3sqs": "s3sqs", "file": "local"}
+_SCHEMES = {
+    "postgresql": "postgres",
+    "postgres": "postgres",
+    "s3sqs": "s3sqs",
+    "file": "local",
+    "local": "local",
+}
 
 
 def open_world(name: str, **options: Any) -> World:
     """Open the World called ``name`` (``local``, ``postgres``, ``s3sqs``) or given by a URL.
 
     A URL picks the backend by scheme: ``postgresql://...``, ``s3sqs://...``,
-    ``file:///path`` (a local folder); a plain path (``./state``, ``/var/lib/dh``) is a
-    local folder too. ``options`` go to the backend (``local`` takes ``data_dir`` and
-    ``max_attempts``).
+    ``local:///path`` or ``file:///path`` (a local folder); a plain path (``./state``,
+    ``/var/lib/dh``) is a local folder too. ``options`` go to the backend (``local`` takes
+    ``data_dir`` and ``max_attempts``).
     """
     backend, options = _resolve(name, dict(options))
     if backend == "local":
@@ -47,11 +53,14 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if backend is None:
             raise ConfigError(
                 f"unknown World URL scheme {url.scheme!r} in {name!r}; use one of "
-                "postgresql://, s3sqs://, file:///path"
+                "postgresql://, s3sqs://, local:///path (or file:///path)"
             )
         if backend == "local":
-            if url.netloc not in ("", "localhost"):
-                raise ConfigError(f"{name!r}: a file:// World must be on this machine")
+            if url.netloc not in ("", "localhost") or not url.path.strip("/"):
+                raise ConfigError(
+                    f"{name!r}: a {url.scheme}:// World is a folder on this machine: write "
+                    f"{url.scheme}:///absolute/path (three slashes) or a plain path"
+                )
             return "local", _with_data_dir(options, unquote(url.path), name)
         options["url"] = name
         return backend, options
@@ -59,7 +68,7 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         return "local", _with_data_dir(options, name, name)
     raise ConfigError(
         f"unknown World {name!r}; known Worlds: {', '.join(KNOWN_WORLDS)} "
-        "(or a URL: postgresql://..., s3sqs://..., file:///path, or a folder path)"
+        "(or a URL: postgresql://..., s3sqs://..., local:///path, or a folder path)"
     )
 
 
