@@ -1,4 +1,5 @@
-"""The ``durable-harness`` command: parses arguments and calls the core. Nothing else.
+"""The ``durable-harness`` command: parses arguments and calls the layers below (the
+runtime; testing/ for ``demo``, ``fake-model`` and ``crash-matrix``). Nothing else.
 
 Exit codes: 0 success, 1 the turn failed, 2 bad input (one line on stderr saying what to
 do), 86 a crash injected with DURABLE_HARNESS_CRASH_AT.

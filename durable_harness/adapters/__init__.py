@@ -1,7 +1,11 @@
-"""Adapters: one module per agent (builtin, claude_code, codex, opencode, pi).
+"""Adapters: one package per agent (builtin, claude_code, codex, opencode, pi, custom).
 
-``get_adapter(name)`` imports the chosen module lazily. The CLI adapters share the
-journaling model proxy (``proxy.py``) and the request canonicalizers (``canonical.py``).
+:data:`ADAPTERS` names each agent's adapter class; ``get_adapter(name)`` imports the chosen
+one lazily. The CLI agents share cli/ (where a CLI runs, its launches, hooks, MCP host
+tools, waits, session records), which sits on proxy/ (the journaling model proxy, its wire
+formats and request canonicalizers), which sits on base.py (the Adapter seam). An agent's
+package never imports another's. Adapters may import harness, worlds, sandbox and core,
+never the runtime or testing/.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ ADAPTERS: dict[str, str] = {
     "codex": "durable_harness.adapters.codex.adapter:CodexAdapter",
     "pi": "durable_harness.adapters.pi.adapter:PiAdapter",
     "opencode": "durable_harness.adapters.opencode.adapter:OpenCodeAdapter",
-    # A program's own loop on the Python API: workers only park its turns (custom.py).
+    # A program's own loop on the Python API: workers only park its turns (custom/).
     "custom": "durable_harness.adapters.custom.adapter:CustomAdapter",
 }
 PLANNED = tuple(n for n in ("codex", "opencode", "pi") if n not in ADAPTERS)

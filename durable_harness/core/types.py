@@ -1,4 +1,6 @@
-"""core.types."""
+"""The plain types every layer shares: step and turn statuses, :class:`Step`,
+:class:`Session`, :class:`Turn`, :class:`Lease`, a ``doctor`` :class:`Check`, and the
+replay labels (:data:`Replay`: ``safe`` or ``never``, no default)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""sandbox."""
+"""Sandbox backends, one module each (virtual, local, docker), chosen by
+:func:`open_sandbox` and imported lazily. They import only :mod:`durable_harness.core`
+(the seam is core/sandbox.py), and one backend never imports another."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ _OUTPUT_IN_ERROR = 4000
 _BACKEND_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
 _ENV = "DURABLE_HARNESS_DOCKER_"
 #: Where the session's host run folder is mounted (read-only) in the container: the CLI
-#: adapters put the unix socket of their model proxy there (adapters/cli_docker.py).
+#: adapters put the unix socket of their model proxy there (adapters/cli/docker_host.py).
 RUN_DIR = "/run/durable-harness"
 
 

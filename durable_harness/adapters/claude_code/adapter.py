@@ -4,30 +4,31 @@ One turn is one or more **launches** of the CLI, each a journal step ``launch:<n
 (kind ``agent``) whose input says how it starts and whose outcome is the reply and the
 final transcript. Inside a launch:
 
-* model calls go through :class:`~.proxy.JournalingProxy` (keyed by the canonical
-  request hash, :class:`~.canonical.ClaudeCodeCanonicalizer`);
+* model calls go through :class:`~.proxy.server.JournalingProxy` (keyed by the canonical
+  request hash, :class:`~.claude_code.canonical.ClaudeCodeCanonicalizer`);
 * Claude Code's own tool calls are journaled by its hooks (:class:`~.hooks.ToolHooks`),
   with :class:`~.hooks.ReplayPolicy` labels; the user's host tools are served over MCP by
   the harness (:class:`~.mcp.HostToolServer`) under their own labels;
 * the CLI's transcript is saved to the World before every tool intent
-  (:mod:`.claude_session`).
+  (:mod:`.cli.records`; what it already holds: :mod:`.claude_code.session`).
 
 The CLI runs non-interactively with a fresh, private HOME, a session id derived from the
 durable-harness session and a per-launch token instead of any provider key, where a
-:class:`~.cli_host.CliHost` puts it: in the session's Docker container as a detached job
-that outlives the worker (:mod:`.cli_docker`, the only place it runs by default), or on a
-host folder under :mod:`.reaper` (a developer-only opt-in, :data:`~.cli_host.UNSAFE_HOST_ENV`).
-Which launch runs next (:func:`~.cli_launches.run_launches`, shared by every CLI adapter):
+:class:`~.cli.host.CliHost` puts it: in the session's Docker container as a detached job
+that outlives the worker (:mod:`.cli.docker_host`, the only place it runs by default), or
+on a host folder under :mod:`.cli.reaper` (a developer-only opt-in,
+:data:`~.cli.host.UNSAFE_HOST_ENV`). Which launch runs next
+(:func:`~.cli.launches.run_launches`, shared by every CLI adapter):
 
 * the last launch finished (the worker died after the CLI did): its reply, no CLI run;
 * the last launch's CLI still runs in the container (or ended well) after its worker
   died: follow it again from its first output line to its end (hooks re-journal
   idempotently), and finish that launch;
 * a transcript of this turn was saved: restore it and ``--resume`` with a message written
-  from the journal (:func:`~.claude_session.resume_message`);
+  from the journal (:func:`~.cli.records.resume_message`);
 * otherwise the turn starts as it first did (the session's previous transcript and the
   prompt), so its first model call is answered from the journal if it was recorded;
-* the last launch ended deferred at a wait (:mod:`.cli_waits`, defer mode): once the
+* the last launch ended deferred at a wait (:mod:`.cli.waits`, defer mode): once the
   wait is settled, ``--resume`` with an empty prompt, which runs the deferred call again.
 
 ``durable-harness replay`` runs the turn's last launch again, as recorded, with the proxy
@@ -84,7 +85,7 @@ __all__ = [
     "ClaudeCodeAdapter",
     "find_claude",
     "project_dir_name",
-    "workspace_of",  # the Codex adapter on main imports it from here
+    "workspace_of",  # re-exported: it lives in cli/jobs.py
 ]
 
 RETRIES_ENV = "DURABLE_HARNESS_CLAUDE_MAX_RETRIES"
@@ -300,7 +301,7 @@ class _Launch:
                 for event in _HOOK_EVENTS
             }
         }
-        # Always served: the wait tools (cli_waits) are host tools too.
+        # Always served: the wait tools (cli/waits.py) are host tools too.
         servers = {
             SERVER_NAME: {
                 "type": "http",

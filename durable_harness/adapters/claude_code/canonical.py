@@ -1,4 +1,5 @@
-"""adapters.claude_code.canonical."""
+"""Claude Code's canonical request form: the Anthropic Messages rules plus its volatile
+text (the hash of the result keys each model step: changing a rule changes the keys)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""adapters.claude_code.session."""
+"""What a Claude Code transcript already tells the resumed CLI (for the resume message of
+:mod:`.cli.records`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Finding Claude Code and the place it runs (see :mod:`.claude_code`).
+"""Finding Claude Code and the place it runs (see :mod:`.claude_code.adapter`).
 
 * :func:`find_claude` and :func:`check_version`: the one pinned version, on the host
   (``.tools/npm``) or in the agent image;
 * :func:`open_host`: the session's Docker container (``--workspace docker``), or a host
-  folder only with the developer opt-in :data:`~.cli_host.UNSAFE_HOST_ENV`;
+  folder only with the developer opt-in :data:`~.cli.host.UNSAFE_HOST_ENV`;
 * the names every worker derives alike: the CLI's session id, a launch's job id and the
   proxy token of a durable launch (from the turn's secret, so a worker that re-attaches
   accepts the token the CLI was started with).

@@ -1,5 +1,5 @@
 """A CLI agent in the session's Docker container, as a detached job that outlives the
-worker (see :mod:`.cli_host` for the seam).
+worker (see :mod:`.cli.host` for the seam).
 
 The way out of the container (``network_mode="none"``: only ``lo``) is one unix socket:
 
@@ -7,7 +7,7 @@ The way out of the container (``network_mode="none"``: only ``lo``) is one unix 
   ``proxy.sock`` in the session's run folder on the host
   (:func:`~durable_harness.sandbox.docker.host_run_dir`), which the container has
   bind-mounted read-only at ``/run/durable-harness``;
-* inside, ``dh-bridge.js`` (:mod:`.cli_node`) listens on ``127.0.0.1:<port>`` (a port
+* inside, ``dh-bridge.js`` (:mod:`.cli.node`) listens on ``127.0.0.1:<port>`` (a port
   derived from the job id) and relays each connection to that socket; the CLI's model
   endpoint, its hooks (``dh-hook.js``) and its MCP host tools all use that URL, with
   the per-launch proxy token. No provider key enters the container.

@@ -19,7 +19,7 @@ PostToolUse (and PostToolUseFailure) record the outcome. A hook command that can
 reach the harness exits 2, which makes the CLI block the tool: a tool never runs
 without its intent recorded first (invariant 1). Tools the harness serves itself over
 MCP (host tools) are journaled by the MCP handler instead; their hooks only allow, except
-for the wait tools, which :class:`~.cli_waits.WaitGate` lets run only once the wait is
+for the wait tools, which :class:`~.cli.waits.WaitGate` lets run only once the wait is
 over (otherwise the call is deferred and the turn parked).
 
 :class:`ReplayPolicy` gives Claude Code's own tools their labels: read-only tools are

@@ -10,7 +10,7 @@ lines the adapter reads:
   opt-in, see :func:`require_unsafe_host`; for Pi and OpenCode their local sandbox): the
   CLI is a child of the worker under :mod:`.reaper`, so it dies with the worker; a new
   worker starts a new launch.
-* :class:`~.cli_docker.DockerCliHost` — the session's container: the CLI is a detached
+* :class:`~.cli.docker_host.DockerCliHost` — the session's container: the CLI is a detached
   job that outlives the worker; a new worker finds it by its id (:meth:`CliHost.attach`),
   serves the model proxy again on the same socket, reads its output from the start and
   finishes the launch.

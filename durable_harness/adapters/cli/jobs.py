@@ -1,4 +1,5 @@
-"""adapters.cli.jobs."""
+"""The names every worker derives alike for a CLI launch (its job id, its proxy token) and
+the host folder of a host run."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ def launch_token(config: dict[str, Any], job: str) -> str:
 
 
 def workspace_of(config: dict[str, Any], agent: str = "claude-code") -> Path:
-    """The host folder of a host run (made if missing); the caller checked the opt-in
-    (:func:`workspace_spec`). ConfigError for the virtual workspace."""
+    """The host folder of a host run (made if missing); the caller checked that a host
+    folder is allowed (Claude Code and Codex: the opt-in, in their ``workspace_spec``).
+    ConfigError for the virtual workspace."""
     spec = str(config.get("workspace", "virtual"))
     if spec == "virtual":
         raise ConfigError(

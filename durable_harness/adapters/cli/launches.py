@@ -11,7 +11,7 @@ Which launch (:func:`run_launches`; a launch is one run of the CLI, a journal st
   its worker died: follow it again from its first output line and finish that launch;
 * otherwise a new launch, planned by the adapter (a resume from the saved session record
   when there is one). Before it is planned, the waits the last launch stopped at are
-  settled (:meth:`~.cli_waits.WaitGate.settle`): an outcome recorded now is quoted by the
+  settled (:meth:`~.cli.waits.WaitGate.settle`): an outcome recorded now is quoted by the
   resume message; a wait still pending parks the turn again, no CLI started. A launch
   stopped at a pending wait (stop mode: Codex, Pi, OpenCode) stays an intent (its CLI is
   gone, its session record saved before the wait's intent) and its ``TurnSuspended``
@@ -25,8 +25,8 @@ launch is journaled: a worker that dies in between leaves it to the next worker,
 re-attaches and reads the session record again.
 
 Where (:func:`open_cli_host`, Pi and OpenCode): ``--workspace docker`` is the session's
-container (:class:`~.cli_docker.DockerCliHost`); any other folder is the local sandbox,
-the CLI as a child of the worker on that folder (:class:`~.cli_host.HostCliHost`).
+container (:class:`~.cli.docker_host.DockerCliHost`); any other folder is the local sandbox,
+the CLI as a child of the worker on that folder (:class:`~.cli.host.HostCliHost`).
 Unlike Claude Code and Codex, Pi and OpenCode need no developer opt-in for a host
 folder: their issue asks for "Docker or local sandbox".
 """

@@ -11,8 +11,9 @@ chooses (the default, ``anthropic``, is the Anthropic Messages API):
   fetched).
 
 Each choice brings its canonicalizer: the API's structural rules
-(:mod:`.canonical`, :mod:`.canonical_chat`, :mod:`.canonical_responses`) with the CLI's
-rules for its volatile text (:mod:`.canonical_pi`, :mod:`.canonical_opencode`), the same
+(:mod:`.proxy.canonical`, :mod:`.proxy.canonical_chat`, :mod:`.proxy.canonical_responses`)
+with the CLI's rules for its volatile text (:mod:`.pi.canonical`, :mod:`.opencode.canonical`,
+put together by :mod:`.pi.provider` and :mod:`.opencode.provider`), the same
 whatever the API, and a view of a request as an Anthropic one for the tool hooks'
 :meth:`~.hooks.ToolHooks.close_from_request`.
 """

@@ -1,5 +1,7 @@
-"""Claude Code's session record in the World, and the message that resumes a turn.
+"""A CLI's session record in the World, and the message that resumes a turn.
 
+Written for Claude Code's transcript and shared by every CLI adapter (Codex stores its
+rollout with :class:`TranscriptStore`; Pi and OpenCode resume with the same messages).
 Claude Code keeps a conversation in an append-only JSONL transcript
 (``~/.claude/projects/<cwd with / as ->/<session-id>.jsonl``). The adapter saves it to the
 World after steps and restores it into a fresh HOME on resume, then continues the CLI with
@@ -14,7 +16,9 @@ step (fenced like every journal write), where the session's next turn finds it.
 
 :func:`resume_message` tells the resumed CLI, from the journal alone, what happened to
 each tool call of the interrupted turn: finished (with its result when the restored
-transcript lacks it), possibly ran (must be checked first), or never started.
+transcript lacks it), possibly ran (must be checked first), or never started. What a
+CLI's own record already holds (:class:`TranscriptFacts`) is read by each agent's package
+(:func:`~.claude_code.session.transcript_facts` for Claude Code).
 """
 
 from __future__ import annotations

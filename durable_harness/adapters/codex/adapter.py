@@ -1,28 +1,28 @@
 """The codex agent: the real ``codex`` CLI (OpenAI Codex 0.171.0) behind the journaling proxy.
 
-Built like the claude-code agent (:mod:`.claude_code`); what is Codex's own:
+Built like the claude-code agent (:mod:`.claude_code.adapter`); what is Codex's own:
 
 * model calls: Codex speaks the OpenAI Responses API; its ``config.toml`` names one model
-  provider whose ``base_url`` is the proxy (``/v1/responses``, :mod:`.wire_responses`)
+  provider whose ``base_url`` is the proxy (``/v1/responses``, :mod:`.proxy.wire.responses`)
   and whose key variable holds the per-launch token, never a provider key. Requests are
-  keyed by :class:`~.canonical_codex.CodexCanonicalizer`;
+  keyed by :class:`~.codex.canonical.CodexCanonicalizer`;
 * tool calls: ``$CODEX_HOME/hooks.json`` has Claude Code's hook shape (``PreToolUse``
   with ``tool_name``, ``tool_input``, ``tool_use_id`` = the call id; deny and exit 2 block
   the tool), so :class:`~.hooks.ToolHooks` journals them; the shell tool (``exec_command``)
   is reported as ``Bash`` with ``{"command": …}`` and labelled like Claude Code's Bash
   (``never`` unless a ``safe_bash`` pattern marks the command safe);
-* host tools and the wait tools: served over MCP by the proxy (:mod:`.codex_tools`, the
+* host tools and the wait tools: served over MCP by the proxy (:mod:`.codex.tools`, the
   call id from ``_meta.callId``); a wait still pending stops the CLI and parks the turn
-  (:class:`~.cli_waits.WaitGate` stop mode, Codex has no ``defer``), and the next
+  (:class:`~.cli.waits.WaitGate` stop mode, Codex has no ``defer``), and the next
   delivery settles the wait before resuming;
-* the session record is the thread's rollout file (:mod:`.codex_session`), read where the
+* the session record is the thread's rollout file (:mod:`.codex.session`), read where the
   CLI runs and saved before every tool intent, restored into a fresh ``CODEX_HOME`` for
   ``codex exec resume``;
 * a resumed launch gets the same journal-written message as Claude Code
-  (:func:`~.claude_session.compose_resume_message`), on stdin (``-``: Codex appends piped
+  (:func:`~.cli.records.compose_resume_message`), on stdin (``-``: Codex appends piped
   stdin to a prompt given as an argument, measured).
 
-Where it runs is a :class:`~.cli_host.CliHost` (:func:`~.codex_setup.open_host`): the
+Where it runs is a :class:`~.cli.host.CliHost` (:func:`~.codex.setup.open_host`): the
 session's Docker container, as a detached job a new worker re-attaches to after the old
 one died (the only place by default), or a host folder under the developer opt-in.
 Which launch runs next is decided as for Claude Code: the last launch finished → its
@@ -136,7 +136,7 @@ class _Launch:
         self.store = TranscriptStore(self.world)
         self.snapshots = SnapshotStore(self.world)
         self._save_lock = threading.Lock()
-        # Codex has no `defer` hook decision: the gate's stop mode (cli_waits) stops the
+        # Codex has no `defer` hook decision: the gate's stop mode (cli/waits.py) stops the
         # CLI at a pending wait and the next delivery settles the wait before resuming.
         self.gate = WaitGate.for_turn(run)
         #: The host tools served over MCP: the user's, and the wait tools.

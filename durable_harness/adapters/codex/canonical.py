@@ -1,6 +1,6 @@
 """Codex's canonical request form, measured on the traffic of ``@openai/codex`` 0.171.0.
 
-On top of the Responses API's structural rules (:mod:`.canonical_responses`: session
+On top of the Responses API's structural rules (:mod:`.proxy.canonical_responses`: session
 fields, item ids and call ids), what Codex changes between runs and launches without
 changing the question (docs/codex.md has the evidence):
 

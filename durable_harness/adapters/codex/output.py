@@ -1,5 +1,5 @@
 """What a Codex launch printed: its ``codex exec --json`` events and the reply they give
-(see :mod:`.codex`). A re-attached launch feeds the events again from the first line."""
+(see :mod:`.codex.adapter`). A re-attached launch feeds the events again from the first line."""
 
 from __future__ import annotations
 

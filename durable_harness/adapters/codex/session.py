@@ -6,7 +6,7 @@ before its tool runs); ``codex exec resume <thread-id>`` finds it there, and nee
 else of the old ``CODEX_HOME`` (measured on 0.171.0: the SQLite state files are rebuilt).
 
 The adapter saves the rollout before every tool intent as linked delta blobs
-(:class:`~.claude_session.TranscriptStore`) and points at it with a session record
+(:class:`~.cli.records.TranscriptStore`) and points at it with a session record
 ``codex/<turn_id>/<epoch>`` (one name per lease epoch, so a fenced-out worker writes a
 name no newer worker reads). The record names a :class:`Rollout` blob: the thread id,
 the file's path below ``CODEX_HOME`` and the transcript save. A finished turn's rollout is

@@ -1,9 +1,9 @@
-"""Finding Codex, the place it runs and its upstream (see :mod:`.codex`).
+"""Finding Codex, the place it runs and its upstream (see :mod:`.codex.adapter`).
 
 * :func:`find_codex` and :func:`check_version`: the one pinned version, on the host
   (``.tools/npm``) or in the agent image (``codex --version`` prints ``codex-cli 0.171.0``);
 * :func:`open_host`: the session's Docker container (``--workspace docker``), or a host
-  folder only with the developer opt-in :data:`~.cli_host.UNSAFE_HOST_ENV`;
+  folder only with the developer opt-in :data:`~.cli.host.UNSAFE_HOST_ENV`;
 * :func:`resolve_openai_endpoint` and :func:`codex_model`: the OpenAI-compatible upstream
   (the harness's own key, never the CLI's) and the model a turn asks for.
 """

@@ -2,7 +2,7 @@
 
 Codex 0.171.0 connects to the harness's MCP endpoint (``/mcp`` on the journaling proxy,
 ``[mcp_servers."durable-harness"]`` in its ``config.toml``, streamable HTTP, the bearer
-token read from :data:`~.codex.TOKEN_ENV`). Measured against the fake model:
+token read from :data:`~.codex.adapter.TOKEN_ENV`). Measured against the fake model:
 
 * it offers the server's tools to the model as the Responses namespace
   ``mcp__durable_harness`` (the ``-`` becomes ``_``), each tool under its own name;
@@ -10,7 +10,7 @@ token read from :data:`~.codex.TOKEN_ENV`). Measured against the fake model:
   ``mcp__durable_harness__<tool>`` and ``tool_use_id`` = the model's call id;
 * its ``tools/call`` then carries that same call id in ``_meta["callId"]``.
 
-So, unlike OpenCode (:mod:`.opencode_tools`, matching by tool and arguments), the MCP call
+So, unlike OpenCode (:mod:`.opencode.tools`, matching by tool and arguments), the MCP call
 names its own call id: the step is keyed ``tool:<call_id>`` and journaled by
 :class:`~.mcp.HostToolServer` under the tool's own replay label.
 """

@@ -1,39 +1,39 @@
 """The opencode agent: the real ``opencode`` CLI (``opencode-ai`` 1.18.33) behind the
 journaling proxy.
 
-As for claude-code (:mod:`.claude_code`), one turn is one or more **launches** of the CLI,
+As for claude-code (:mod:`.claude_code.adapter`), one turn is one or more **launches** of the CLI,
 each a journal step ``launch:<n>``. Inside a launch:
 
 * OpenCode's provider is its bundled ``@ai-sdk/anthropic`` (or, chosen in the agent
-  config, ``@ai-sdk/openai-compatible``: :mod:`.provider_api`) pointed at the
-  :class:`~.proxy.JournalingProxy`, with the per-launch token as its API key (never a
+  config, ``@ai-sdk/openai-compatible``: :mod:`.opencode.provider`) pointed at the
+  :class:`~.proxy.server.JournalingProxy`, with the per-launch token as its API key (never a
   provider key); model calls are keyed by
-  :class:`~.canonical_opencode.OpenCodeCanonicalizer` (or its Chat Completions form);
+  :class:`~.opencode.canonical.OpenCodeCanonicalizer` (or its Chat Completions form);
 * its tool calls are journaled by a plugin (``plugin.js``) whose
   ``tool.execute.before`` posts Claude-Code-shaped PreToolUse payloads to
   :class:`~.hooks.ToolHooks` and blocks the tool unless the harness allows it (fail
   closed), with :class:`OpenCodeReplayPolicy` labels; the user's host tools are served
-  over MCP by the harness (:mod:`.opencode_tools`) under their own labels;
+  over MCP by the harness (:mod:`.opencode.tools`) under their own labels;
 * the wait tools (``wait_for_signal``, ``sleep_until``) are served over MCP with them and
-  gated at their ``tool.execute.before`` by :class:`~.cli_waits.WaitGate` in stop mode
+  gated at their ``tool.execute.before`` by :class:`~.cli.waits.WaitGate` in stop mode
   (OpenCode has no ``defer``): a wait still pending stops the CLI and parks the turn; the
   next delivery settles the wait before resuming;
 * its session database is saved to the World before every tool intent and after the
-  launch (:mod:`.opencode_session`), and before a host tool's call.
+  launch (:mod:`.opencode.session`), and before a host tool's call.
 
 OpenCode runs non-interactively (``opencode run --format json``) in the turn's workspace
 with a fresh private HOME and XDG folders, no auto-update, no models.dev fetch, no
 sharing, no project config (it could switch the plugin off), where a
-:class:`~.cli_host.CliHost` puts it (:mod:`.cli_launches`): the session's Docker
+:class:`~.cli.host.CliHost` puts it (:mod:`.cli.launches`): the session's Docker
 container (``--workspace docker``, a detached job that outlives the worker) or a host
-folder, the local sandbox (under :mod:`.reaper`). Which launch runs next:
+folder, the local sandbox (under :mod:`.cli.reaper`). Which launch runs next:
 
 * the last launch finished: its reply, no CLI run;
 * the last launch's CLI still runs in the container after its worker died: follow it
   again from its first output line and finish that launch;
 * a database of this turn was saved: restore it and continue the session
   (``--session ses_…``) with a message written from the journal
-  (:func:`~.claude_session.resume_message_from_facts`);
+  (:func:`~.cli.records.resume_message_from_facts`);
 * otherwise the turn starts as it first did (the previous turn's database and the prompt),
   so its first model calls are answered from the journal if they were recorded.
 
@@ -217,7 +217,7 @@ class _Launch:
         self.store = DatabaseStore(self.world)
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)
-        # OpenCode has no `defer`: the gate's stop mode (cli_waits) stops the CLI at a
+        # OpenCode has no `defer`: the gate's stop mode (cli/waits.py) stops the CLI at a
         # pending wait; run_launches settles the wait before the next launch.
         self.gate = WaitGate.for_turn(run)
         #: The host tools served over MCP: the user's, and the wait tools.

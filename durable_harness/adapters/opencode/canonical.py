@@ -2,7 +2,7 @@
 
 OpenCode talks to the journaling proxy through its bundled ``@ai-sdk/anthropic`` provider,
 so its requests are plain Anthropic Messages requests and the structural rules of
-:class:`~.canonical.AnthropicMessagesCanonicalizer` apply (``cache_control`` markers move
+:class:`~.proxy.canonical.AnthropicMessagesCanonicalizer` apply (``cache_control`` markers move
 to the newest message; ``metadata`` and ``stream`` dropped; tool results the journal
 holds replaced by a reference to their outcome; only ``anthropic-version`` and
 ``anthropic-beta`` of the headers count, so ``x-session-id`` and ``x-session-affinity``,

@@ -1,7 +1,7 @@
 """The private HOME of one OpenCode launch: its config folder and environment.
 
-Kept apart from :mod:`.opencode` (which decides what runs): :func:`home_files` gives the
-files and environment to a :class:`~.cli_host.CliLaunch`, whichever host writes them
+Kept apart from :mod:`.opencode.adapter` (which decides what runs): :func:`home_files` gives the
+files and environment to a :class:`~.cli.host.CliLaunch`, whichever host writes them
 (a host folder or the session's container). Nothing here reaches the network:
 OpenCode's ``@ai-sdk/anthropic`` provider is bundled in its binary, and the config folder
 declares ``@opencode-ai/plugin`` already installed (see :func:`prepare_home`).
@@ -94,7 +94,7 @@ def home_files(
     """The files of a launch's private HOME ``home`` (HOME-relative paths: the provider
     pointed at ``model_url`` with ``token`` as its key, the journaling plugin, the endpoint
     file naming ``harness_url``, and with ``mcp`` the harness's host tools as a remote MCP
-    server, ``api`` choosing the provider: :func:`~.provider_api.opencode_npm`) and the
+    server, ``api`` choosing the provider: :func:`~.opencode.provider.opencode_npm`) and the
     environment OpenCode needs besides the host's. ``retry``: the plugin
     waits for a new worker when the harness cannot be reached (the CLI outlives its
     worker in Docker)."""

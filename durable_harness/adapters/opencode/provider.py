@@ -1,4 +1,6 @@
-"""adapters.opencode.provider."""
+"""The opencode agent's ``--agent-config`` and the wire API its provider speaks
+(``[provider] api``: ``anthropic`` or ``openai-compatible``), with that API's
+canonicalizer (see :mod:`.cli.provider_api`)."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def snapshot(path: Path) -> bytes:
 
 def read_snapshot(read: Callable[[str], bytes | None], path: str) -> bytes:
     """A consistent copy of the database at ``path`` where only whole files can be read
-    (``read``: :meth:`~.cli_host.CliHost.read_file`, e.g. in a container): the main file
+    (``read``: :meth:`~.cli.host.CliHost.read_file`, e.g. in a container): the main file
     and its WAL, taken again if a checkpoint rewrote the main file between the two reads
     (a WAL frame cut off at the end is ignored by SQLite's checksums)."""
     main: bytes | None = None
@@ -232,7 +232,7 @@ def tool_call_ids(data: bytes) -> dict[str, str]:
 
 def database_facts(data: bytes, steps: list[Step]) -> TranscriptFacts:
     """What a saved database already tells OpenCode, in the terms of
-    :func:`~.claude_session.resume_message_from_facts`.
+    :func:`~.cli.records.resume_message_from_facts`.
 
     OpenCode does not keep the provider's message ids, so a recorded model reply counts
     as known when the database holds one of its tool calls, or when it has none (a text

@@ -1,9 +1,10 @@
 """The pi agent: the real ``pi`` CLI (``@mariozechner/pi-coding-agent``) behind the proxy.
 
-Pi speaks the Anthropic Messages API to a provider named in its ``models.json``; the
-adapter points that provider at the journaling proxy, so every model call is a journal
-step keyed by its canonical request (:class:`~.canonical_pi.PiCanonicalizer`), exactly as
-for Claude Code. The rest mirrors :mod:`.claude_code`:
+Pi speaks the Anthropic Messages API (or, chosen in the agent config, Chat Completions or
+Responses: :mod:`.pi.provider`) to a provider named in its ``models.json``; the adapter
+points that provider at the journaling proxy, so every model call is a journal step keyed
+by its canonical request (:class:`~.pi.canonical.PiCanonicalizer`), exactly as for Claude
+Code. The rest mirrors :mod:`.claude_code.adapter`:
 
 * one turn is one or more **launches** (journal steps ``launch:<n>``, kind ``agent``);
 * Pi's tool calls are journaled by an extension (``extension.js``) that posts
@@ -13,17 +14,17 @@ for Claude Code. The rest mirrors :mod:`.claude_code`:
   (Pi itself has no MCP client); their calls reach the hooks too, named
   ``mcp__durable-harness__<tool>``, so Pi's session file is saved before their intent;
 * the wait tools (``wait_for_signal``, ``sleep_until``) are host tools gated by
-  :class:`~.cli_waits.WaitGate` in stop mode (Pi has no ``defer``): a wait still pending
+  :class:`~.cli.waits.WaitGate` in stop mode (Pi has no ``defer``): a wait still pending
   stops the CLI and parks the turn; the next delivery settles the wait before resuming;
 * Pi's session file (``--session <file>``, set up front) is saved to the World before
   every tool intent and after the launch, restored for a resume, and the resumed CLI is
-  told from the journal what happened to each call (:func:`~.claude_session.resume_message`).
+  told from the journal what happened to each call (:func:`~.cli.records.resume_message`).
 
 The CLI runs with a private HOME per launch holding ``~/.pi/agent/models.json`` (the
 proxy's URL and a per-launch token as the API key, never a provider key) and
 ``settings.json``; extension, skill, prompt-template and theme discovery are off, so
 nothing in the workspace can switch the journaling extension off. Where it runs is a
-:class:`~.cli_host.CliHost` (:mod:`.cli_launches`): the session's Docker container
+:class:`~.cli.host.CliHost` (:mod:`.cli.launches`): the session's Docker container
 (``--workspace docker``: a detached job that outlives the worker; a new worker
 re-attaches to it), or a host folder, the local sandbox (the CLI dies with the worker
 and a new launch resumes the saved session file).
@@ -199,7 +200,7 @@ class _Launch:
         self.store = TranscriptStore(self.world, record_prefix=RECORD_PREFIX)
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)
-        # Pi has no `defer`: the gate's stop mode (cli_waits) stops the CLI at a pending
+        # Pi has no `defer`: the gate's stop mode (cli/waits.py) stops the CLI at a pending
         # wait; run_launches settles the wait before the next launch.
         self.gate = WaitGate.for_turn(run)
         #: The host tools served over MCP: the user's, and the wait tools.

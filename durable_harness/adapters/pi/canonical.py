@@ -3,7 +3,7 @@
 Measured on its real traffic against the fake model (``tests/adapters/
 test_canonical_pi.py`` runs the CLI twice): Pi sends no session header, no ``metadata``
 and no random id in a Messages body; ``cache_control`` moves to the newest message, which
-the structural rules of :class:`~.canonical.AnthropicMessagesCanonicalizer` already drop.
+the structural rules of :class:`~.proxy.canonical.AnthropicMessagesCanonicalizer` already drop.
 What is left changes with the day and the machine, both in the system prompt:
 
 * ``Current date: YYYY-MM-DD``: a resumed turn may run on another day;

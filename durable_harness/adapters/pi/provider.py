@@ -1,4 +1,6 @@
-"""adapters.pi.provider."""
+"""The pi agent's ``--agent-config`` and the wire API its provider speaks (``[provider]
+api``: ``anthropic``, ``openai-completions`` or ``openai-responses``), with that API's
+canonicalizer (see :mod:`.cli.provider_api`)."""
 
 from __future__ import annotations
 

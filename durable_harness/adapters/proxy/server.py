@@ -5,9 +5,9 @@ A CLI adapter starts one :class:`JournalingProxy` per launch of its CLI and sets
 that only this proxy accepts. The provider key stays in the harness (:class:`Upstream`).
 
 For each model call (``POST /v1/messages``, ``/v1/responses``, ``/v1/chat/completions``: one
-:class:`~.wire.WireFormat` per API says what differs; streaming SSE or JSON):
+:class:`~.wire.base.WireFormat` per API says what differs; streaming SSE or JSON):
 
-1. the request is canonicalized (a per-CLI :class:`~.canonical.Canonicalizer`) and its
+1. the request is canonicalized (a per-CLI :class:`~.proxy.canonical.Canonicalizer`) and its
    hash looked up in the turn's journal (``key = "model:<hash>"``);
 2. **recorded outcome**: the recorded response is sent back exactly (same ids, same
    events, byte for byte) and upstream is not called;

@@ -1,4 +1,5 @@
-"""adapters.proxy.wire.anthropic."""
+"""The Anthropic Messages API as the journaling proxy sees it (``POST /v1/messages``,
+``x-api-key``, events ending in ``message_stop``; the SSE itself in :mod:`.proxy.sse`)."""
 
 from __future__ import annotations
 

@@ -5,15 +5,14 @@ byte for byte, hold the stream's final event back until the outcome is recorded,
 upstream errors through and never record them) is the same for every API. What differs is
 described by one :class:`WireFormat` per API, one module each:
 
-* :class:`AnthropicMessages` (here): ``POST /v1/messages``, ``x-api-key``, events ending
-  in ``message_stop``;
-* :class:`~.wire_responses.OpenAIResponses`: ``POST /v1/responses``, ``Authorization:
-  Bearer``, events ending in ``response.completed``.
-
-* :class:`~.wire_chat.OpenAIChatCompletions`: ``POST /v1/chat/completions``,
+* :class:`~.wire.anthropic.AnthropicMessages`: ``POST /v1/messages``, ``x-api-key``,
+  events ending in ``message_stop``;
+* :class:`~.wire.responses.OpenAIResponses`: ``POST /v1/responses``, ``Authorization:
+  Bearer``, events ending in ``response.completed``;
+* :class:`~.wire.chat.OpenAIChatCompletions`: ``POST /v1/chat/completions``,
   ``Authorization: Bearer``, ``data:`` chunks ending in ``data: [DONE]``.
 
-Every format uses SSE framing (blocks split by :mod:`.sse`); how a block is read
+Every format uses SSE framing (blocks split by :mod:`.proxy.sse`); how a block is read
 (:meth:`WireFormat.parse_event`) and what an event means is the format's.
 """
 
