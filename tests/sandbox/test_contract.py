@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 ESCAPES = (
     "../x",
     "../outside",
+    "../etc/passwd",
     "a/../../x",
+    "a/../../outside",
     "/etc/passwd",
     "/workspace/../tmp/x",
     "/tmp/x",
@@ -144,6 +146,9 @@ def test_exit_status_and_output(sandbox_spec: SandboxSpec, sandbox: Sandbox) -> 
     else:
         assert (result.stdout, result.stderr) == ("out\nerr\n" + caps.exit_echo, "")
     assert result.exit_code == 3 and not result.timed_out
+    result = sandbox.bash("echo out; echo err >&2")
+    streams = ("out\n", "err\n") if caps.separate_stderr else ("out\nerr\n", "")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, *streams)
     assert sandbox.bash("echo still here") == ShellResult(0, "still here\n", "")
     assert sandbox.bash("false").exit_code == 1
     assert sandbox.bash("(exit 42)").exit_code == 42
