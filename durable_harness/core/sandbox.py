@@ -26,6 +26,7 @@ Contract:
 from __future__ import annotations
 
 import abc
+import posixpath
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -46,6 +47,26 @@ class SandboxState:
 
     files: dict[str, bytes]
     cwd: str
+
+
+def check_state_paths(files: dict[str, bytes]) -> None:
+    """SandboxError unless every key is a clean relative path and no file is also a
+    directory of another file. Backends call it before ``import_state`` changes anything,
+    so a state that cannot be restored leaves the workspace as it was."""
+    for rel in files:
+        if (
+            not rel
+            or "\x00" in rel
+            or rel.startswith("/")
+            or posixpath.normpath(rel) != rel
+            or rel.split("/")[0] in (".", "..")
+        ):
+            raise SandboxError(f"invalid path in workspace state: {rel!r}")
+        parent = posixpath.dirname(rel)
+        while parent:
+            if parent in files:
+                raise SandboxError(f"invalid workspace state: {parent!r} is a file and a directory")
+            parent = posixpath.dirname(parent)
 
 
 class Sandbox(abc.ABC):

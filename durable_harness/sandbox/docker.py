@@ -55,7 +55,7 @@ import docker.errors
 import requests
 
 from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
-from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult
+from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult, check_state_paths
 from durable_harness.sandbox import docker_exec
 from durable_harness.sandbox import docker_scripts as sh
 from durable_harness.sandbox.docker_image import default_image
@@ -501,13 +501,13 @@ class DockerSandbox(Sandbox):
         return SandboxState(files=files, cwd=cwd)
 
     def import_state(self, state: SandboxState) -> None:
-        """Replace the workspace's files with ``state`` and set the bash tool's cwd."""
+        """Replace the workspace's files with ``state`` and set the bash tool's cwd;
+        SandboxError (and no change) for a state with invalid paths."""
+        check_state_paths(state.files)
         buffer = io.BytesIO()
         now = time.time()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
             for rel, data in sorted(state.files.items()):
-                if rel.startswith("/") or posixpath.normpath(rel) != rel or rel.startswith(".."):
-                    raise SandboxError(f"invalid path in workspace state: {rel!r}")
                 info = tarfile.TarInfo(rel)
                 info.size, info.mtime, info.uid, info.gid = len(data), now, 1000, 1000
                 info.mode = 0o755 if data.startswith(b"#!") else 0o644

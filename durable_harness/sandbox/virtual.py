@@ -54,7 +54,7 @@ from just_bash import Bash, ExecutionLimits
 from just_bash.interpreter import ExecutionLimitError
 
 from durable_harness.core.errors import SandboxError, WorkspaceLimit
-from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult
+from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult, check_state_paths
 from durable_harness.sandbox.justbash import (
     WORKSPACE,
     CappedFs,
@@ -356,7 +356,7 @@ class VirtualSandbox(Sandbox):
 
         WorkspaceLimit (and no change) if the state does not fit this sandbox's caps.
         """
-        _check_state_paths(state.files)
+        check_state_paths(state.files)
         entries = self._fs.entries
         size = sum(len(content) for content in state.files.values())
         if len(state.files) > entries.max_files:
@@ -381,25 +381,6 @@ class VirtualSandbox(Sandbox):
         shell_state = _state(self._shell)
         shell_state.cwd = cwd
         shell_state.env["PWD"] = cwd
-
-
-def _check_state_paths(files: dict[str, bytes]) -> None:
-    """SandboxError unless every key is a clean relative path and no file is also a
-    directory of another file."""
-    for rel in files:
-        if (
-            not rel
-            or "\x00" in rel
-            or rel.startswith("/")
-            or posixpath.normpath(rel) != rel
-            or rel.split("/")[0] in (".", "..")
-        ):
-            raise SandboxError(f"invalid path in workspace state: {rel!r}")
-        parent = posixpath.dirname(rel)
-        while parent:
-            if parent in files:
-                raise SandboxError(f"invalid workspace state: {parent!r} is a file and a directory")
-            parent = posixpath.dirname(parent)
 
 
 def _limit_message(limit: str, result: ShellResult) -> str:
