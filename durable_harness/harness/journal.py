@@ -31,7 +31,7 @@ from typing import Any
 from durable_harness.core.canonical import canonical_json, input_digest
 from durable_harness.core.errors import CorruptJournal, ReplayDivergence, TurnFailed
 from durable_harness.core.types import Lease, Replay, Step, StepStatus
-from durable_harness.core.world import World
+from durable_harness.core.world import BlobStore, World
 from durable_harness.harness.crash import CrashPlan
 
 #: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
@@ -335,7 +335,7 @@ class Journal:
             )
 
 
-def decode_output(world: World, step: Step) -> Any:
+def decode_output(world: BlobStore, step: Step) -> Any:
     """The recorded outcome of ``step`` as a JSON value (None if it has none)."""
     try:
         if step.output_blob is not None:
