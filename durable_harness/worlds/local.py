@@ -30,15 +30,20 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import unquote, urlparse
+
+from pydantic import Field
 
 from durable_harness.core.errors import (
+    ConfigError,
     CorruptJournal,
     LeaseLost,
     NotFound,
     StepConflict,
     WorldError,
 )
+from durable_harness.core.settings import WorldSettings
 from durable_harness.core.types import Lease, Session, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.worlds.local_schema import (
@@ -55,8 +60,43 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 _OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
 
 
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/durable-harness``, by default ``~/.local/share/durable-harness``."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "durable-harness"
+
+
+class LocalSettings(WorldSettings):
+    """The folder: ``DURABLE_HARNESS_DATA_DIR`` / ``--data-dir``."""
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+
+    def world_options(self) -> dict[str, Any]:
+        return {"data_dir": self.data_dir}
+
+
 class LocalWorld(World):
     """A World in a local folder; see the module docstring for the layout and locking."""
+
+    settings_model: ClassVar[type[WorldSettings]] = LocalSettings
+
+    @classmethod
+    def from_options(cls, **options: Any) -> LocalWorld:
+        """``data_dir`` (or ``url``: ``file:///path`` or a folder path) and ``max_attempts``."""
+        url = options.pop("url", None)
+        if url is not None:
+            options["data_dir"] = _folder_of(str(url), options.get("data_dir"))
+        if "data_dir" not in options:
+            raise ConfigError(
+                "the local World needs a folder: pass data_dir (or a path as the World)"
+            )
+        data_dir = options.pop("data_dir")
+        max_attempts = int(options.pop("max_attempts", 5))
+        if options:
+            raise ConfigError(
+                f"unknown option(s) for the local World: {', '.join(sorted(options))}"
+            )
+        return cls(data_dir, max_attempts=max_attempts)
 
     def __init__(self, data_dir: str | Path, max_attempts: int = 5) -> None:
         self.data_dir = Path(data_dir).expanduser()
@@ -598,3 +638,16 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _folder_of(url: str, data_dir: object) -> str:
+    """The folder a ``file://`` URL or a plain path names; it must agree with ``data_dir``."""
+    path = url
+    if "://" in url:
+        parsed = urlparse(url)
+        if parsed.netloc not in ("", "localhost"):
+            raise ConfigError(f"{url!r}: a file:// World must be on this machine")
+        path = unquote(parsed.path)
+    if data_dir is not None and Path(str(data_dir)) != Path(path):
+        raise ConfigError(f"World {url!r} names a folder, but data_dir says {data_dir}")
+    return path

@@ -39,7 +39,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -47,6 +47,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from durable_harness.core.errors import (
+    ConfigError,
     CorruptJournal,
     DurableHarnessError,
     LeaseLost,
@@ -54,6 +55,7 @@ from durable_harness.core.errors import (
     StepConflict,
     WorldError,
 )
+from durable_harness.core.settings import WorldSettings
 from durable_harness.core.types import Check, Lease, Session, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.worlds import postgres_schema as schema
@@ -76,8 +78,34 @@ _T = TypeVar("_T")
 Row = dict[str, Any]
 
 
+class PostgresSettings(WorldSettings):
+    """The database: ``DURABLE_HARNESS_POSTGRES_URL=postgresql://USER:PASSWORD@HOST/DB``."""
+
+    postgres_url: str | None = None
+
+    def world_options(self) -> dict[str, Any]:
+        return {} if self.postgres_url is None else {"url": self.postgres_url}
+
+
 class PostgresWorld(World):
     """A World in a PostgreSQL database; see the module docstring for how it works."""
+
+    settings_model: ClassVar[type[WorldSettings]] = PostgresSettings
+
+    @classmethod
+    def from_options(cls, **options: Any) -> PostgresWorld:
+        """``url`` (``postgresql://USER:PASSWORD@HOST:5432/DBNAME``) and ``max_attempts``."""
+        url = options.pop("url", None)
+        if not url:
+            raise ConfigError(
+                "the postgres World needs a database URL: set DURABLE_HARNESS_POSTGRES_URL="
+                "postgresql://USER:PASSWORD@HOST:5432/DBNAME"
+            )
+        max_attempts = int(options.pop("max_attempts", 5))
+        if options:
+            names = ", ".join(sorted(options))
+            raise ConfigError(f"unknown option(s) for the postgres World: {names}")
+        return cls(str(url), max_attempts=max_attempts)
 
     def __init__(self, url: str, max_attempts: int = 5) -> None:
         self.max_attempts = max_attempts
