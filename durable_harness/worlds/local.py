@@ -58,6 +58,7 @@ BUSY_TIMEOUT_MS = 30_000
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
+_OTHER_FOLDER = "choose another folder with --data-dir or DURABLE_HARNESS_DATA_DIR"
 
 
 def default_data_dir() -> Path:
@@ -115,7 +116,9 @@ class LocalWorld(World):
         try:
             self._blob_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise WorldError(f"cannot create the World folder {self.data_dir}: {exc}") from exc
+            raise WorldError(
+                f"cannot create the World folder {self.data_dir}: {exc}; {_OTHER_FOLDER}"
+            ) from exc
         with self._lock:
             self._connection()
 
@@ -132,7 +135,9 @@ class LocalWorld(World):
                     conn.close()
                     raise
             except sqlite3.Error as exc:
-                raise WorldError(f"cannot open the local World {self._db_path}: {exc}") from exc
+                raise WorldError(
+                    f"cannot open the local World {self._db_path}: {exc}; {_open_advice(exc)}"
+                ) from exc
             self._conn = conn
         return self._conn
 
@@ -235,7 +240,10 @@ class LocalWorld(World):
                 raise
             _fsync_dir(path.parent)  # makes the rename itself survive a power cut
         except OSError as exc:
-            raise WorldError(f"cannot write blob {digest} under {self._blob_dir}: {exc}") from exc
+            raise WorldError(
+                f"cannot write blob {digest} under {self._blob_dir}: {exc}; check that this user "
+                "may write there and the disk is not full"
+            ) from exc
         return digest
 
     def get_blob(self, digest: str) -> bytes:
@@ -651,3 +659,10 @@ def _folder_of(url: str, data_dir: object) -> str:
     if data_dir is not None and Path(str(data_dir)) != Path(path):
         raise ConfigError(f"World {url!r} names a folder, but data_dir says {data_dir}")
     return path
+
+
+def _open_advice(exc: sqlite3.Error) -> str:
+    """What to do about a World file SQLite cannot open."""
+    if "not a database" in str(exc) or "malformed" in str(exc):
+        return f"it is not a durable-harness World or it is damaged: restore it, or {_OTHER_FOLDER}"
+    return f"check that this user may read and write that folder, or {_OTHER_FOLDER}"

@@ -154,7 +154,8 @@ class PostgresWorld(World):
                 if time.monotonic() + pause > deadline:
                     raise WorldError(
                         f"PostgreSQL at {self.where} failed during {what} and did not come "
-                        f"back within {RECONNECT_SECONDS:.0f}s: {_one_line(exc)}"
+                        f"back within {RECONNECT_SECONDS:.0f}s: {_one_line(exc)}; check that the "
+                        "server is running and DURABLE_HARNESS_POSTGRES_URL"
                     ) from exc
                 log.warning("PostgreSQL %s failed (%s); retrying", what, _one_line(exc))
                 if not retried:
@@ -165,6 +166,13 @@ class PostgresWorld(World):
                 pause = min(pause * 2, 1.0)
             except DurableHarnessError:
                 raise
+            except psycopg.errors.InsufficientPrivilege as exc:
+                user = self.where.user
+                raise WorldError(
+                    f"PostgreSQL World at {self.where}: {what}: {_one_line(exc)}; GRANT SELECT, "
+                    f"INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_harness TO {user} "
+                    "(durable-harness doctor lists what is missing)"
+                ) from exc
             except psycopg.Error as exc:
                 raise WorldError(f"PostgreSQL World at {self.where}: {what}: {exc}") from exc
 
