@@ -81,3 +81,20 @@ class WorldSettings(EnvSettings, abc.ABC):
     def world_options(self) -> dict[str, Any]:
         """The options these settings give the backend's ``from_options`` (only the ones
         that are set: a missing required one is the backend's error to word)."""
+
+
+def take_max_attempts(world: str, options: dict[str, Any]) -> int:
+    """Pop the ``max_attempts`` every World takes (default 5) from a backend's options."""
+    value = options.pop("max_attempts", 5)
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"the {world} World's max_attempts must be a whole number, not {value!r}"
+        ) from exc
+
+
+def refuse_unknown_options(world: str, options: dict[str, Any]) -> None:
+    """The options a backend did not take are mistakes: one error naming them all."""
+    if options:
+        raise ConfigError(f"unknown option(s) for the {world} World: {', '.join(sorted(options))}")

@@ -43,7 +43,11 @@ from durable_harness.core.errors import (
     StepConflict,
     WorldError,
 )
-from durable_harness.core.settings import WorldSettings
+from durable_harness.core.settings import (
+    WorldSettings,
+    refuse_unknown_options,
+    take_max_attempts,
+)
 from durable_harness.core.types import Lease, Session, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.worlds.local_schema import (
@@ -92,11 +96,8 @@ class LocalWorld(World):
                 "the local World needs a folder: pass data_dir (or a path as the World)"
             )
         data_dir = options.pop("data_dir")
-        max_attempts = int(options.pop("max_attempts", 5))
-        if options:
-            raise ConfigError(
-                f"unknown option(s) for the local World: {', '.join(sorted(options))}"
-            )
+        max_attempts = take_max_attempts("local", options)
+        refuse_unknown_options("local", options)
         return cls(data_dir, max_attempts=max_attempts)
 
     def __init__(self, data_dir: str | Path, max_attempts: int = 5) -> None:

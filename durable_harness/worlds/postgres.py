@@ -55,7 +55,11 @@ from durable_harness.core.errors import (
     StepConflict,
     WorldError,
 )
-from durable_harness.core.settings import WorldSettings
+from durable_harness.core.settings import (
+    WorldSettings,
+    refuse_unknown_options,
+    take_max_attempts,
+)
 from durable_harness.core.types import Check, Lease, Session, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.worlds import postgres_schema as schema
@@ -101,10 +105,8 @@ class PostgresWorld(World):
                 "the postgres World needs a database URL: set DURABLE_HARNESS_POSTGRES_URL="
                 "postgresql://USER:PASSWORD@HOST:5432/DBNAME"
             )
-        max_attempts = int(options.pop("max_attempts", 5))
-        if options:
-            names = ", ".join(sorted(options))
-            raise ConfigError(f"unknown option(s) for the postgres World: {names}")
+        max_attempts = take_max_attempts("postgres", options)
+        refuse_unknown_options("postgres", options)
         return cls(str(url), max_attempts=max_attempts)
 
     def __init__(self, url: str, max_attempts: int = 5) -> None:

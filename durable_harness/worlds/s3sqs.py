@@ -70,7 +70,11 @@ import boto3
 from botocore.config import Config
 
 from durable_harness.core.errors import ConfigError, LeaseLost, NotFound
-from durable_harness.core.settings import WorldSettings
+from durable_harness.core.settings import (
+    WorldSettings,
+    refuse_unknown_options,
+    take_max_attempts,
+)
 from durable_harness.core.types import (
     UNFINISHED,
     Check,
@@ -145,11 +149,9 @@ class S3SqsWorld(World):
             raise ConfigError("the s3sqs World needs a bucket: set DURABLE_HARNESS_S3_BUCKET")
         if not queue_url:
             raise ConfigError("the s3sqs World needs a queue: set DURABLE_HARNESS_SQS_QUEUE_URL")
-        max_attempts = int(options.pop("max_attempts", 5))
+        max_attempts = take_max_attempts("s3sqs", options)
         prefix = str(options.pop("prefix", "") or "")
-        if options:
-            names = ", ".join(sorted(options))
-            raise ConfigError(f"unknown option(s) for the s3sqs World: {names}")
+        refuse_unknown_options("s3sqs", options)
         return cls(str(bucket), str(queue_url), max_attempts=max_attempts, prefix=prefix)
 
     def __init__(

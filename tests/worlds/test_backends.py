@@ -110,3 +110,12 @@ def test_a_backend_setting_missing_or_bad_names_its_variable(
 def test_unknown_worlds_are_refused_before_any_import() -> None:
     with pytest.raises(ConfigError, match="known Worlds: local, postgres, s3sqs"):
         open_configured(Settings.load(world="mongodb"))
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_a_bad_max_attempts_option_is_a_config_error(name: str) -> None:
+    # Checked before the backend connects to anything.
+    options = {"local": {"data_dir": "x"}, "postgres": {"url": "postgresql://h/db"}}
+    given = options.get(name, {"bucket": "b", "queue_url": "q"})
+    with pytest.raises(ConfigError, match="max_attempts must be a whole number, not 'many'"):
+        backend_class(name).from_options(**given, max_attempts="many")
