@@ -17,7 +17,7 @@ from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.settings import Settings
 from durable_harness.core.version import __version__
 from durable_harness.harness.crash import CRASH_POINTS
-from durable_harness.runtime.world import open_configured_world
+from durable_harness.worlds import open_configured
 
 EPILOG = """\
 Every model and tool call of a turn is journaled in a World (intent before, outcome
@@ -227,7 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from durable_harness.adapters import read_agent_config
 
         config["agent_config"] = read_agent_config(args.agent_config)
-    with open_configured_world(settings) as world:
+    with open_configured(settings) as world:
         turn = start_turn(
             world, settings, args.prompt, config, args.session, queue_behind=args.detach
         )
@@ -246,7 +246,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from durable_harness.runtime.turns import make_worker
 
     settings = _settings(args)
-    with open_configured_world(settings) as world:
+    with open_configured(settings) as world:
         worker = make_worker(world, settings, quiet=args.quiet)
         if not args.quiet:
             print(f"durable-harness: worker {worker.owner} on {settings.world}", file=sys.stderr)
@@ -260,7 +260,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from durable_harness.runtime.turns import claim_for_resume, make_worker
 
     settings = _settings(args)
-    with open_configured_world(settings) as world:
+    with open_configured(settings) as world:
         worker = make_worker(world, settings, quiet=args.quiet)
         lease = claim_for_resume(
             world,
@@ -279,7 +279,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from durable_harness.runtime.turns import replay_turn
 
     settings = _settings(args)
-    with open_configured_world(settings) as world:
+    with open_configured(settings) as world:
         reply, steps = replay_turn(world, settings, args.turn)
         recorded = world.get_turn(args.turn).result
     print(reply)
@@ -298,7 +298,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     from durable_harness.runtime.views import format_ls, ls_data
 
-    with open_configured_world(_settings(args)) as world:
+    with open_configured(_settings(args)) as world:
         rows = ls_data(world, args.limit)
         print(json.dumps(rows, indent=2) if args.json else format_ls(rows))
     return 0
@@ -307,7 +307,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from durable_harness.runtime.views import format_show, show_data
 
-    with open_configured_world(_settings(args)) as world:
+    with open_configured(_settings(args)) as world:
         data = show_data(world, args.turn)
         print(json.dumps(data, indent=2) if args.json else format_show(data))
     return 0
@@ -317,7 +317,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
     from durable_harness.runtime.signals import parse_payload
 
     payload = parse_payload(args.data)
-    with open_configured_world(_settings(args)) as world:
+    with open_configured(_settings(args)) as world:
         fresh = world.send_signal(args.turn, args.name, payload)
         status = world.get_turn(args.turn).status.value
     if fresh:
@@ -332,7 +332,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
 def cmd_signal_server(args: argparse.Namespace) -> int:
     from durable_harness.runtime.signals import serve
 
-    with open_configured_world(_settings(args)) as world:
+    with open_configured(_settings(args)) as world:
         serve(world, args.host, args.port)
     return 0
 
@@ -340,7 +340,7 @@ def cmd_signal_server(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     settings = _settings(args)
     print(f"World: {settings.world}")
-    with open_configured_world(settings) as world:
+    with open_configured(settings) as world:
         checks = world.doctor()
     for check in checks:
         print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")

@@ -1,50 +1,38 @@
-"""Configuration: flags over ``DURABLE_HARNESS_*`` environment variables over defaults."""
+"""Configuration: flags over ``DURABLE_HARNESS_*`` environment variables over defaults.
+
+Every setting is a field of a pydantic-settings model whose environment variable is
+``DURABLE_HARNESS_<FIELD NAME UPPER>`` (an empty variable counts as unset) and whose flag,
+where the CLI has one, is ``--<field-name>``. :class:`Settings` holds the knobs every
+process has; each World backend owns its own :class:`WorldSettings` (the PostgreSQL URL,
+the S3 bucket, the local folder) next to its code in ``worlds/``, read only when that
+World is opened. A bad value is one :class:`ConfigError` naming the variable and the flag.
+"""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any
+import abc
+from typing import Any, Self
 
-from pydantic import BaseModel, ValidationError
+from pydantic import PrivateAttr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from durable_harness.core.errors import ConfigError
 
 ENV_PREFIX = "DURABLE_HARNESS_"
 
 
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "durable-harness"
+class EnvSettings(BaseSettings):
+    """A settings model read from ``DURABLE_HARNESS_<NAME>`` variables; see :meth:`load`."""
 
-
-class Settings(BaseModel):
-    """Every knob, with its environment variable ``DURABLE_HARNESS_<NAME upper>``."""
-
-    world: str = "local"
-    data_dir: Path = default_data_dir()
-    lease_seconds: float = 30.0
-    max_attempts: int = 5
-    poll_seconds: float = 0.5
-    model: str = "claude-sonnet-4-5"
-    max_tokens: int = 4096
-    max_model_calls: int = 50
-    max_files: int = 500
-    max_bytes: int = 10 * 1024 * 1024
-    postgres_url: str | None = None
-    s3_bucket: str | None = None
-    sqs_queue_url: str | None = None
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="ignore")
 
     @classmethod
-    def load(cls, **overrides: Any) -> Settings:
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            env = os.environ.get(ENV_PREFIX + name.upper())
-            if env is not None and env != "":
-                values[name] = env
-        values.update({k: v for k, v in overrides.items() if v is not None})
+    def load(cls, **overrides: Any) -> Self:
+        """The settings from ``overrides`` (flags; ``None`` means not given) over the
+        environment over the defaults. :class:`ConfigError` names each bad value's
+        environment variable and flag."""
         try:
-            return cls.model_validate(values)
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
         except ValidationError as exc:
             problems = "; ".join(
                 f"{ENV_PREFIX}{'.'.join(map(str, e['loc'])).upper()} / --"
@@ -53,15 +41,60 @@ class Settings(BaseModel):
             )
             raise ConfigError(f"bad setting: {problems}") from exc
 
+
+class Settings(EnvSettings):
+    """Every knob of the harness itself, with its environment variable
+    ``DURABLE_HARNESS_<NAME upper>``. The World's own settings belong to its backend."""
+
+    world: str = "local"
+    lease_seconds: float = 30.0
+    max_attempts: int = 5
+    poll_seconds: float = 0.5
+    model: str = "claude-sonnet-4-5"
+    max_tokens: int = 4096
+    max_model_calls: int = 50
+    max_files: int = 500
+    max_bytes: int = 10 * 1024 * 1024
+    _world_flags: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def load(cls, **overrides: Any) -> Self:
+        """As :meth:`EnvSettings.load`; an override that is not a field here (``data_dir``)
+        is a flag for the World's backend, kept for :meth:`world_flags`."""
+        settings = super().load(**{k: v for k, v in overrides.items() if k in cls.model_fields})
+        settings._world_flags = {
+            k: v for k, v in overrides.items() if v is not None and k not in cls.model_fields
+        }
+        return settings
+
+    def world_flags(self) -> dict[str, Any]:
+        """The flags given for the World's backend; it takes the ones it knows and reads
+        the rest of its settings from its own environment variables."""
+        return dict(self._world_flags)
+
+
+class WorldSettings(EnvSettings, abc.ABC):
+    """A World backend's settings (its fields and their ``DURABLE_HARNESS_*`` variables),
+    declared by the backend as its ``settings_model``."""
+
+    @abc.abstractmethod
     def world_options(self) -> dict[str, Any]:
-        """The options of the chosen World's backend (only the ones it takes)."""
-        options: dict[str, Any] = {"max_attempts": self.max_attempts}
-        if self.world == "postgres":
-            options["url"] = self.postgres_url
-        elif self.world == "s3sqs":
-            options["bucket"] = self.s3_bucket
-            options["queue_url"] = self.sqs_queue_url
-        elif self.world == "local":
-            options["data_dir"] = self.data_dir
-        # A URL or a folder path as the World names its own location.
-        return options
+        """The options these settings give the backend's ``from_options`` (only the ones
+        that are set: a missing required one is the backend's error to word)."""
+
+
+def take_max_attempts(world: str, options: dict[str, Any]) -> int:
+    """Pop the ``max_attempts`` every World takes (default 5) from a backend's options."""
+    value = options.pop("max_attempts", 5)
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"the {world} World's max_attempts must be a whole number, not {value!r}"
+        ) from exc
+
+
+def refuse_unknown_options(world: str, options: dict[str, Any]) -> None:
+    """The options a backend did not take are mistakes: one error naming them all."""
+    if options:
+        raise ConfigError(f"unknown option(s) for the {world} World: {', '.join(sorted(options))}")

@@ -1,8 +1,27 @@
-"""The World seam: journal, queue with leases, sessions and turns, blobs.
+"""The World seam: journal, queue with leases and waits, sessions and turns, blobs.
 
-A World is everything durable about a turn. The core (``harness/``) talks only to this
-interface; each backend is one module (``local.py``, ``postgres.py``, ``s3sqs.py``) and
-``tests/worlds/test_contract.py`` runs the same contract suite against all of them.
+A World is everything durable about a turn. It is the union of small facets, one abstract
+base class each, so a caller that needs one facet can say so (a workspace snapshot needs
+only a :class:`BlobStore`, a lease renewal only a :class:`Queue`):
+
+* :class:`BlobStore`: ``put_blob``, ``get_blob``;
+* :class:`Catalog`: sessions, turns, each session's named records;
+* :class:`Queue`: enqueue, claim, renew, release, complete, fail, ``wait_for_work``, and
+  the durable waits (``suspend``, ``send_signal``, ``get_signal``);
+* :class:`JournalStore`: ``load_steps``, ``insert_intent``, ``restart_intent``,
+  ``finish_step``;
+* :class:`Doctor`: ``doctor``, the checks ``durable-harness doctor`` prints;
+* :class:`World`: all of them, plus ``close()`` and context-manager support.
+
+The facets are ABCs rather than ``typing.Protocol`` s on purpose: a backend that forgets a
+method fails when it is constructed (``TypeError: Can't instantiate abstract class``), not
+when a turn first reaches the missing call (a ``typing.Protocol`` is checked only by mypy,
+and ``isinstance`` against one checks names, not signatures); and the facets carry shared
+defaults (``wait_for_work``, ``has_unfinished_turns``, ``doctor``) by plain inheritance.
+
+The core (``harness/``) talks only to these interfaces; each backend is one module
+(``worlds/local.py``, ``postgres.py``, ``s3sqs.py``) and ``tests/worlds/test_contract.py``
+runs the same contract suite against all of them.
 
 Contracts every backend keeps:
 
@@ -15,7 +34,13 @@ Contracts every backend keeps:
   turn's epoch; a lease that is not renewed runs out and the turn is delivered again.
   Each delivery counts as an attempt; a claim that would exceed ``max_attempts`` moves
   the turn to the dead letter state (status ``failed`` with the reason) instead.
+  Every write made with a lease (renew, release, complete, fail, suspend) is fenced too.
+* **Waits.** A suspended turn holds no worker; it is delivered again at its wake time or
+  when a signal arrives. The first payload of a signal wins.
 * **Blobs** are content-addressed by sha256 hex; ``put_blob`` is idempotent.
+* **Errors.** A backend maps its driver's errors (sqlite3, psycopg, botocore) to
+  :class:`~durable_harness.core.errors.WorldError` (or :class:`ConfigError` for a setting
+  the user must fix) at its boundary, with a message that says what to do.
 
 All methods are synchronous and thread-safe (a lease-renewal thread shares the World
 with the turn's thread). Timestamps are Unix seconds (float).
@@ -31,12 +56,9 @@ from typing import Any
 from durable_harness.core.types import UNFINISHED, Check, Lease, Session, Step, StepStatus, Turn
 
 
-class World(abc.ABC):
-    """Storage and queue for turns. See the module docstring for the contract."""
+class BlobStore(abc.ABC):
+    """Content-addressed payloads (invariant 7)."""
 
-    max_attempts: int = 5
-
-    # -- blobs ---------------------------------------------------------------------
     @abc.abstractmethod
     def put_blob(self, data: bytes) -> str:
         """Store ``data``; return its sha256 hex digest. Idempotent."""
@@ -45,7 +67,10 @@ class World(abc.ABC):
     def get_blob(self, digest: str) -> bytes:
         """Return the bytes stored under ``digest``; :class:`NotFound` if absent."""
 
-    # -- sessions and turns ----------------------------------------------------------
+
+class Catalog(abc.ABC):
+    """Sessions, their turns and status, and each session's named records."""
+
     @abc.abstractmethod
     def create_session(self, session_id: str, meta: dict[str, Any] | None = None) -> Session:
         """Create a session; :class:`StepConflict` is not used here: an existing id is returned."""
@@ -85,7 +110,13 @@ class World(abc.ABC):
     def get_session_record(self, session_id: str, name: str) -> str | None:
         """The blob digest of the session's named record, or ``None``."""
 
-    # -- queue and leases ------------------------------------------------------------
+
+class Queue(abc.ABC):
+    """One message per turn, claimed with a lease; durable waits park a turn without a
+    worker (invariant 8)."""
+
+    max_attempts: int = 5
+
     @abc.abstractmethod
     def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
         """Make the turn deliverable (after ``delay`` seconds). Deduplicated by turn:
@@ -133,9 +164,8 @@ class World(abc.ABC):
         """
         time.sleep(timeout)
 
-    # -- durable waits ---------------------------------------------------------------
-    # Not abstract yet: a backend without them raises, and the CLI says so. Contract:
-    # tests/worlds/test_contract.py's wait tests.
+    # -- durable waits (contract: the wait tests of tests/worlds/test_contract.py) -----
+    @abc.abstractmethod
     def suspend(
         self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
     ) -> None:
@@ -144,19 +174,21 @@ class World(abc.ABC):
         or ``enqueue``). If the awaited ``signal`` already arrived (it raced the suspend),
         the turn is deliverable at once. A suspend is deliberate, so the deliveries before
         it do not count toward ``max_attempts``."""
-        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
 
+    @abc.abstractmethod
     def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
         """Record signal ``name`` for the turn and wake it if it waits. The first payload
         wins: a duplicate is ignored and returns False. A signal sent before the turn
         waits for it is kept until it does. :class:`NotFound` for an unknown turn."""
-        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
 
+    @abc.abstractmethod
     def get_signal(self, turn_id: str, name: str) -> str | None:
         """The payload of signal ``name`` for the turn, or None if it has not arrived."""
-        raise NotImplementedError(f"{type(self).__name__} does not support durable waits yet")
 
-    # -- journal -------------------------------------------------------------------
+
+class JournalStore(abc.ABC):
+    """A turn's steps: intents and outcomes, fenced by the lease epoch (invariants 1-3)."""
+
     @abc.abstractmethod
     def load_steps(self, turn_id: str) -> list[Step]:
         """The turn's journal in ``seq`` order. :class:`CorruptJournal` on a bad row."""
@@ -187,14 +219,22 @@ class World(abc.ABC):
         ``done`` or ``possibly_ran``. A step that already has an outcome raises
         :class:`StepConflict`."""
 
-    # -- health ----------------------------------------------------------------------
-    def doctor(self) -> list[Check]:
-        """What ``durable-harness doctor`` reports: connectivity, permissions, schema.
 
-        The default round-trips a blob and lists turns; backends add their own checks
-        (server version, schema version, conditional writes) and never raise for a
-        failed check: they report it with what to do.
-        """
+class Doctor(abc.ABC):
+    """Health checks for ``durable-harness doctor``."""
+
+    @abc.abstractmethod
+    def doctor(self) -> list[Check]:
+        """Connectivity, permissions, schema: each a :class:`Check`. Never raises for a
+        failed check: it reports it with what to do."""
+
+
+class World(BlobStore, Catalog, Queue, JournalStore, Doctor):
+    """Storage and queue for turns: every facet. See the module docstring for the contract."""
+
+    def doctor(self) -> list[Check]:
+        """The default round-trips a blob and lists turns; backends add their own checks
+        (server version, schema version, conditional writes)."""
         checks: list[Check] = []
         try:
             digest = self.put_blob(b"durable-harness doctor")
@@ -209,8 +249,7 @@ class World(abc.ABC):
             checks.append(Check("turns", False, f"{type(exc).__name__}: {exc}"))
         return checks
 
-    # -- lifecycle -----------------------------------------------------------------
-    def close(self) -> None:  # noqa: B027 - optional for backends without resources
+    def close(self) -> None:  # optional: a backend without resources keeps this one
         """Release connections and files."""
 
     def __enter__(self) -> World:

@@ -32,7 +32,7 @@ from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import CorruptJournal, ReplayDivergence, TurnFailed
 from durable_harness.core.keys import blob_ref, idempotency_key, input_digest
 from durable_harness.core.types import Lease, Replay, Step, StepStatus
-from durable_harness.core.world import World
+from durable_harness.core.world import BlobStore, World
 from durable_harness.harness.crash import CrashPlan
 
 #: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
@@ -346,7 +346,7 @@ class Journal:
             )
 
 
-def decode_output(world: World, step: Step) -> Any:
+def decode_output(world: BlobStore, step: Step) -> Any:
     """The recorded outcome of ``step`` as a JSON value (None if it has none)."""
     try:
         if step.output_blob is not None:

@@ -15,13 +15,13 @@ from types import TracebackType
 
 from durable_harness.core.errors import LeaseLost, WorldError
 from durable_harness.core.types import Lease
-from durable_harness.core.world import World
+from durable_harness.core.world import Queue
 
 log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    def __init__(self, world: World, lease: Lease, lease_seconds: float) -> None:
+    def __init__(self, world: Queue, lease: Lease, lease_seconds: float) -> None:
         self.world = world
         self.lease = lease
         self.lease_seconds = lease_seconds

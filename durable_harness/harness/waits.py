@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, Field
 
 from durable_harness.core.errors import TurnSuspended
-from durable_harness.core.world import World
+from durable_harness.core.world import Queue
 from durable_harness.harness.journal import Journal
 from durable_harness.harness.tools import Tool, ToolContext
 
@@ -45,7 +45,7 @@ def _iso(ts: float) -> str:
 WAIT_TOOL_NAMES = ("wait_for_signal", "sleep_until")
 
 
-def wait_tools(world: World, journal: Journal) -> list[Tool]:
+def wait_tools(world: Queue, journal: Journal) -> list[Tool]:
     def started_at(ctx: ToolContext) -> float:
         return journal.recorded[ctx.seq].started_at
 

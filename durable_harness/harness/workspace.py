@@ -16,11 +16,11 @@ import json
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import CorruptJournal
 from durable_harness.core.sandbox import Sandbox, SandboxState
-from durable_harness.core.world import World
+from durable_harness.core.world import BlobStore
 
 
 class SnapshotStore:
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: BlobStore) -> None:
         self.world = world
         self._stored: set[str] = set()  # digests already in the blob store
 

@@ -31,7 +31,7 @@ from durable_harness.core.world import World
 from durable_harness.harness.tools import ToolContext, tool
 from durable_harness.runtime.custom_turn import JournaledTurn, ToolResult, journaled_turn
 from durable_harness.runtime.turns import claim_for_resume, make_worker, start_turn, turn_config
-from durable_harness.runtime.world import open_configured_world
+from durable_harness.worlds import open_configured
 
 __all__ = [
     "JournaledTurn",
@@ -73,7 +73,7 @@ def open_world(url_or_name: str | None = None, **settings: Any) -> World:
             f"open_world: unknown setting(s) {', '.join(unknown)}; the settings are "
             f"{', '.join(sorted(Settings.model_fields))}"
         )
-    world: World = open_configured_world(Settings.load(world=url_or_name, **settings))
+    world: World = open_configured(Settings.load(world=url_or_name, **settings))
     return world
 
 

@@ -1,19 +1,42 @@
-"""worlds.
+"""worlds: one module per World backend, chosen by name or URL.
 
-Backends are chosen by name or URL with :func:`open_world` and imported lazily, so a heavy
-driver (psycopg, boto3) is loaded only by the process that asks for its World.
+:func:`open_world` picks a backend by name (``local``, ``postgres``, ``s3sqs``) or by a
+URL's scheme and imports its module lazily, so a heavy driver (psycopg, boto3) is loaded
+only by the process that asks for its World. Each backend's World class owns its options
+and settings (:class:`Backend`); this module knows only the backends' names, schemes and
+the driver each needs.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+import importlib
+from typing import Any, Protocol
+from urllib.parse import urlparse
 
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.settings import Settings, WorldSettings
 from durable_harness.core.world import World
 
-KNOWN_WORLDS = ("local", "postgres", "s3sqs")
+
+class Backend(Protocol):
+    """What a backend's World class offers beside the World seam itself."""
+
+    #: Its settings: fields read from ``DURABLE_HARNESS_*`` variables (and flags).
+    settings_model: type[WorldSettings]
+
+    def from_options(self, **options: Any) -> World:
+        """Open the World from explicit options (``url`` among them when the World was
+        named by a URL); :class:`ConfigError` naming a missing or unknown one."""
+        ...
+
+
+#: Backend name -> (module, World class, the driver it needs and its extra).
+BACKENDS: dict[str, tuple[str, str, str]] = {
+    "local": ("durable_harness.worlds.local", "LocalWorld", ""),
+    "postgres": ("durable_harness.worlds.postgres", "PostgresWorld", "psycopg"),
+    "s3sqs": ("durable_harness.worlds.s3sqs", "S3SqsWorld", "boto3"),
+}
+KNOWN_WORLDS = tuple(BACKENDS)
 _SCHEMES = {
     "postgresql": "postgres",
     "postgres": "postgres",
@@ -29,114 +52,60 @@ def open_world(name: str, **options: Any) -> World:
     A URL picks the backend by scheme: ``postgresql://...``, ``s3sqs://...``,
     ``local:///path`` or ``file:///path`` (a local folder); a plain path (``./state``,
     ``/var/lib/dh``) is a local folder too. ``options`` go to the backend (``local`` takes
-    ``data_dir`` and ``max_attempts``).
+    ``data_dir`` and ``max_attempts``). No environment variable is read here: see
+    :func:`open_configured`.
     """
     backend, options = _resolve(name, dict(options))
-    if backend == "local":
-        return _open_local(options)
-    if backend == "s3sqs":
-        return _open_s3sqs(options)
-    if backend == "postgres":
-        return _open_postgres(options)
-    raise ConfigError(
-        f"the {backend} World is not available yet in this version of durable-harness; "
-        "use the local World (a folder) for now"
-    )
+    return backend_class(backend).from_options(**options)
+
+
+def open_configured(settings: Settings) -> World:
+    """Open the World that ``settings.world`` names, as the operator configured it.
+
+    A World named by a URL or a path is opened from it alone; a World named by its
+    backend's name takes that backend's settings (its flags, over its ``DURABLE_HARNESS_*``
+    variables, over its defaults). ``max_attempts`` comes from ``settings``.
+    """
+    backend, options = _resolve(settings.world, {"max_attempts": settings.max_attempts})
+    cls = backend_class(backend)
+    if "url" not in options:
+        model = cls.settings_model
+        flags = {k: v for k, v in settings.world_flags().items() if k in model.model_fields}
+        options = {**model.load(**flags).world_options(), **options}
+    return cls.from_options(**options)
+
+
+def backend_class(backend: str) -> Backend:
+    """The World class of ``backend`` (a name from :data:`BACKENDS`), imported now."""
+    module_name, class_name, driver = BACKENDS[backend]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if not driver:
+            raise
+        raise ConfigError(
+            f"the {backend} World needs {driver} ({exc}): pip install 'durable-harness[{backend}]'"
+        ) from exc
+    cls: Backend = getattr(module, class_name)
+    return cls
 
 
 def _resolve(name: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    if name in KNOWN_WORLDS:
+    """The backend ``name`` chooses, and ``options`` with the URL (or path) it gives."""
+    if name in BACKENDS:
         return name, options
     if "://" in name:
-        url = urlparse(name)
-        backend = _SCHEMES.get(url.scheme.lower())
+        scheme = urlparse(name).scheme.lower()
+        backend = _SCHEMES.get(scheme)
         if backend is None:
             raise ConfigError(
-                f"unknown World URL scheme {url.scheme!r} in {name!r}; use one of "
+                f"unknown World URL scheme {scheme!r} in {name!r}; use one of "
                 "postgresql://, s3sqs://, local:///path (or file:///path)"
             )
-        if backend == "local":
-            if url.netloc not in ("", "localhost") or not url.path.strip("/"):
-                raise ConfigError(
-                    f"{name!r}: a {url.scheme}:// World is a folder on this machine: write "
-                    f"{url.scheme}:///absolute/path (three slashes) or a plain path"
-                )
-            return "local", _with_data_dir(options, unquote(url.path), name)
-        options["url"] = name
-        return backend, options
+        return backend, {**options, "url": name}
     if "/" in name or "\\" in name or name.startswith((".", "~")):
-        return "local", _with_data_dir(options, name, name)
+        return "local", {**options, "url": name}
     raise ConfigError(
         f"unknown World {name!r}; known Worlds: {', '.join(KNOWN_WORLDS)} "
         "(or a URL: postgresql://..., s3sqs://..., local:///path, or a folder path)"
     )
-
-
-def _with_data_dir(options: dict[str, Any], path: str, given: str) -> dict[str, Any]:
-    if "data_dir" in options and Path(options["data_dir"]) != Path(path):
-        raise ConfigError(
-            f"World {given!r} names a folder, but data_dir says {options['data_dir']}"
-        )
-    options["data_dir"] = path
-    return options
-
-
-def _open_local(options: dict[str, Any]) -> World:
-    from durable_harness.worlds.local import LocalWorld
-
-    if "data_dir" not in options:
-        raise ConfigError("the local World needs a folder: pass data_dir (or a path as the World)")
-    data_dir = options.pop("data_dir")
-    max_attempts = int(options.pop("max_attempts", 5))
-    if options:
-        raise ConfigError(f"unknown option(s) for the local World: {', '.join(sorted(options))}")
-    return LocalWorld(data_dir, max_attempts=max_attempts)
-
-
-def _open_s3sqs(options: dict[str, Any]) -> World:
-    """``bucket`` and ``queue_url`` (or a URL ``s3sqs://BUCKET[/PREFIX]?queue=QUEUE_URL``),
-    ``max_attempts``, ``prefix`` (a key prefix, to share a bucket)."""
-    url = options.pop("url", None)
-    if url is not None:
-        parsed = urlparse(url)
-        query = parse_qs(parsed.query)
-        options.setdefault("bucket", parsed.netloc or None)
-        options.setdefault("prefix", unquote(parsed.path).strip("/"))
-        if "queue" in query:
-            options.setdefault("queue_url", query["queue"][0])
-    bucket, queue_url = options.pop("bucket", None), options.pop("queue_url", None)
-    if not bucket:
-        raise ConfigError("the s3sqs World needs a bucket: set DURABLE_HARNESS_S3_BUCKET")
-    if not queue_url:
-        raise ConfigError("the s3sqs World needs a queue: set DURABLE_HARNESS_SQS_QUEUE_URL")
-    max_attempts = int(options.pop("max_attempts", 5))
-    prefix = str(options.pop("prefix", "") or "")
-    if options:
-        raise ConfigError(f"unknown option(s) for the s3sqs World: {', '.join(sorted(options))}")
-    try:
-        from durable_harness.worlds.s3sqs import S3SqsWorld
-    except ImportError as exc:
-        raise ConfigError(
-            f"the s3sqs World needs boto3 ({exc}): pip install 'durable-harness[s3sqs]'"
-        ) from exc
-    return S3SqsWorld(str(bucket), str(queue_url), max_attempts=max_attempts, prefix=prefix)
-
-
-def _open_postgres(options: dict[str, Any]) -> World:
-    """``url`` (``postgresql://USER:PASSWORD@HOST:5432/DBNAME``) and ``max_attempts``."""
-    url = options.pop("url", None)
-    if not url:
-        raise ConfigError(
-            "the postgres World needs a database URL: set DURABLE_HARNESS_POSTGRES_URL="
-            "postgresql://USER:PASSWORD@HOST:5432/DBNAME"
-        )
-    max_attempts = int(options.pop("max_attempts", 5))
-    if options:
-        raise ConfigError(f"unknown option(s) for the postgres World: {', '.join(sorted(options))}")
-    try:
-        from durable_harness.worlds.postgres import PostgresWorld
-    except ImportError as exc:
-        raise ConfigError(
-            f"the postgres World needs psycopg ({exc}): pip install 'durable-harness[postgres]'"
-        ) from exc
-    return PostgresWorld(str(url), max_attempts=max_attempts)

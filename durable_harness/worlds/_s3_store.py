@@ -55,6 +55,15 @@ _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
 
 
+# What to do about an S3 error that can start while a World is open.
+_CLIENT_ADVICE = {
+    "NoSuchBucket": "; create the bucket or fix DURABLE_HARNESS_S3_BUCKET",
+    "AccessDenied": "; the worker needs the S3 permissions listed in docs/s3sqs.md",
+    **dict.fromkeys(
+        CREDENTIAL_CODES, "; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+    ),
+}
+
 _verified: set[tuple[str, str]] = set()  # (endpoint, bucket) whose conditional writes work
 _verified_lock = threading.Lock()
 
@@ -188,7 +197,10 @@ def raise_mapped(what: str, exc: Exception, endpoint: str) -> NoReturn:
             f"cannot reach S3 at {endpoint} ({what}): {exc}; check AWS_ENDPOINT_URL"
         ) from exc
     if isinstance(exc, ClientError):
-        raise WorldError(f"S3 {what} failed: {error_code(exc) or http_status(exc)}: {exc}") from exc
+        code = error_code(exc) or http_status(exc)
+        raise WorldError(
+            f"S3 {what} failed: {code}: {exc}{_CLIENT_ADVICE.get(str(code), '')}"
+        ) from exc
     raise WorldError(f"S3 {what} failed: {type(exc).__name__}: {exc}") from exc
 
 

@@ -188,7 +188,13 @@ class SqsQueue:
                 f"cannot reach SQS at {endpoint} ({what}): {exc}; check AWS_ENDPOINT_URL"
             ) from exc
         if isinstance(exc, ClientError):
-            raise WorldError(f"SQS {what} on {self.url} failed: {exc}") from exc
+            code = error_code(exc)
+            advice = ""
+            if code in _MISSING_QUEUE:
+                advice = "; create it (see docs/s3sqs.md) or fix DURABLE_HARNESS_SQS_QUEUE_URL"
+            elif code in ("AccessDenied", "AccessDeniedException"):
+                advice = "; the worker needs the SQS permissions listed in docs/s3sqs.md"
+            raise WorldError(f"SQS {what} on {self.url} failed: {exc}{advice}") from exc
         raise_mapped(f"SQS {what}", exc, endpoint)
 
 

@@ -30,14 +30,23 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import unquote, urlparse
+
+from pydantic import Field
 
 from durable_harness.core.errors import (
+    ConfigError,
     CorruptJournal,
     LeaseLost,
     NotFound,
     StepConflict,
     WorldError,
+)
+from durable_harness.core.settings import (
+    WorldSettings,
+    refuse_unknown_options,
+    take_max_attempts,
 )
 from durable_harness.core.types import Lease, Session, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
@@ -53,10 +62,43 @@ BUSY_TIMEOUT_MS = 30_000
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
+_OTHER_FOLDER = "choose another folder with --data-dir or DURABLE_HARNESS_DATA_DIR"
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/durable-harness``, by default ``~/.local/share/durable-harness``."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "durable-harness"
+
+
+class LocalSettings(WorldSettings):
+    """The folder: ``DURABLE_HARNESS_DATA_DIR`` / ``--data-dir``."""
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+
+    def world_options(self) -> dict[str, Any]:
+        return {"data_dir": self.data_dir}
 
 
 class LocalWorld(World):
     """A World in a local folder; see the module docstring for the layout and locking."""
+
+    settings_model: ClassVar[type[WorldSettings]] = LocalSettings
+
+    @classmethod
+    def from_options(cls, **options: Any) -> LocalWorld:
+        """``data_dir`` (or ``url``: ``file:///path`` or a folder path) and ``max_attempts``."""
+        url = options.pop("url", None)
+        if url is not None:
+            options["data_dir"] = _folder_of(str(url), options.get("data_dir"))
+        if "data_dir" not in options:
+            raise ConfigError(
+                "the local World needs a folder: pass data_dir (or a path as the World)"
+            )
+        data_dir = options.pop("data_dir")
+        max_attempts = take_max_attempts("local", options)
+        refuse_unknown_options("local", options)
+        return cls(data_dir, max_attempts=max_attempts)
 
     def __init__(self, data_dir: str | Path, max_attempts: int = 5) -> None:
         self.data_dir = Path(data_dir).expanduser()
@@ -75,7 +117,9 @@ class LocalWorld(World):
         try:
             self._blob_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise WorldError(f"cannot create the World folder {self.data_dir}: {exc}") from exc
+            raise WorldError(
+                f"cannot create the World folder {self.data_dir}: {exc}; {_OTHER_FOLDER}"
+            ) from exc
         with self._lock:
             self._connection()
 
@@ -92,7 +136,9 @@ class LocalWorld(World):
                     conn.close()
                     raise
             except sqlite3.Error as exc:
-                raise WorldError(f"cannot open the local World {self._db_path}: {exc}") from exc
+                raise WorldError(
+                    f"cannot open the local World {self._db_path}: {exc}; {_open_advice(exc)}"
+                ) from exc
             self._conn = conn
         return self._conn
 
@@ -195,7 +241,10 @@ class LocalWorld(World):
                 raise
             _fsync_dir(path.parent)  # makes the rename itself survive a power cut
         except OSError as exc:
-            raise WorldError(f"cannot write blob {digest} under {self._blob_dir}: {exc}") from exc
+            raise WorldError(
+                f"cannot write blob {digest} under {self._blob_dir}: {exc}; check that this user "
+                "may write there and the disk is not full"
+            ) from exc
         return digest
 
     def get_blob(self, digest: str) -> bytes:
@@ -598,3 +647,27 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _folder_of(url: str, data_dir: object) -> str:
+    """The folder a ``local://`` or ``file://`` URL or a plain path names; it must agree
+    with ``data_dir``."""
+    path = url
+    if "://" in url:
+        parsed = urlparse(url)
+        if parsed.netloc not in ("", "localhost") or not parsed.path.strip("/"):
+            raise ConfigError(
+                f"{url!r}: a {parsed.scheme}:// World is a folder on this machine: write "
+                f"{parsed.scheme}:///absolute/path (three slashes) or a plain path"
+            )
+        path = unquote(parsed.path)
+    if data_dir is not None and Path(str(data_dir)) != Path(path):
+        raise ConfigError(f"World {url!r} names a folder, but data_dir says {data_dir}")
+    return path
+
+
+def _open_advice(exc: sqlite3.Error) -> str:
+    """What to do about a World file SQLite cannot open."""
+    if "not a database" in str(exc) or "malformed" in str(exc):
+        return f"it is not a durable-harness World or it is damaged: restore it, or {_OTHER_FOLDER}"
+    return f"check that this user may read and write that folder, or {_OTHER_FOLDER}"

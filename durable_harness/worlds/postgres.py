@@ -39,7 +39,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -47,12 +47,18 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from durable_harness.core.errors import (
+    ConfigError,
     CorruptJournal,
     DurableHarnessError,
     LeaseLost,
     NotFound,
     StepConflict,
     WorldError,
+)
+from durable_harness.core.settings import (
+    WorldSettings,
+    refuse_unknown_options,
+    take_max_attempts,
 )
 from durable_harness.core.types import Check, Lease, Session, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
@@ -76,8 +82,32 @@ _T = TypeVar("_T")
 Row = dict[str, Any]
 
 
+class PostgresSettings(WorldSettings):
+    """The database: ``DURABLE_HARNESS_POSTGRES_URL=postgresql://USER:PASSWORD@HOST/DB``."""
+
+    postgres_url: str | None = None
+
+    def world_options(self) -> dict[str, Any]:
+        return {} if self.postgres_url is None else {"url": self.postgres_url}
+
+
 class PostgresWorld(World):
     """A World in a PostgreSQL database; see the module docstring for how it works."""
+
+    settings_model: ClassVar[type[WorldSettings]] = PostgresSettings
+
+    @classmethod
+    def from_options(cls, **options: Any) -> PostgresWorld:
+        """``url`` (``postgresql://USER:PASSWORD@HOST:5432/DBNAME``) and ``max_attempts``."""
+        url = options.pop("url", None)
+        if not url:
+            raise ConfigError(
+                "the postgres World needs a database URL: set DURABLE_HARNESS_POSTGRES_URL="
+                "postgresql://USER:PASSWORD@HOST:5432/DBNAME"
+            )
+        max_attempts = take_max_attempts("postgres", options)
+        refuse_unknown_options("postgres", options)
+        return cls(str(url), max_attempts=max_attempts)
 
     def __init__(self, url: str, max_attempts: int = 5) -> None:
         self.max_attempts = max_attempts
@@ -126,7 +156,8 @@ class PostgresWorld(World):
                 if time.monotonic() + pause > deadline:
                     raise WorldError(
                         f"PostgreSQL at {self.where} failed during {what} and did not come "
-                        f"back within {RECONNECT_SECONDS:.0f}s: {_one_line(exc)}"
+                        f"back within {RECONNECT_SECONDS:.0f}s: {_one_line(exc)}; check that the "
+                        "server is running and DURABLE_HARNESS_POSTGRES_URL"
                     ) from exc
                 log.warning("PostgreSQL %s failed (%s); retrying", what, _one_line(exc))
                 if not retried:
@@ -137,6 +168,13 @@ class PostgresWorld(World):
                 pause = min(pause * 2, 1.0)
             except DurableHarnessError:
                 raise
+            except psycopg.errors.InsufficientPrivilege as exc:
+                user = self.where.user
+                raise WorldError(
+                    f"PostgreSQL World at {self.where}: {what}: {_one_line(exc)}; GRANT SELECT, "
+                    f"INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_harness TO {user} "
+                    "(durable-harness doctor lists what is missing)"
+                ) from exc
             except psycopg.Error as exc:
                 raise WorldError(f"PostgreSQL World at {self.where}: {what}: {exc}") from exc
 

@@ -63,12 +63,18 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import parse_qs, unquote, urlparse
 
 import boto3
 from botocore.config import Config
 
 from durable_harness.core.errors import ConfigError, LeaseLost, NotFound
+from durable_harness.core.settings import (
+    WorldSettings,
+    refuse_unknown_options,
+    take_max_attempts,
+)
 from durable_harness.core.types import (
     UNFINISHED,
     Check,
@@ -109,8 +115,44 @@ def _deliverable(data: dict[str, Any], now: float) -> bool:
     return data["status"] == TurnStatus.RUNNING and expires is not None and expires <= now
 
 
+class S3SqsSettings(WorldSettings):
+    """The bucket and the queue: ``DURABLE_HARNESS_S3_BUCKET``,
+    ``DURABLE_HARNESS_SQS_QUEUE_URL``."""
+
+    s3_bucket: str | None = None
+    sqs_queue_url: str | None = None
+
+    def world_options(self) -> dict[str, Any]:
+        given = {"bucket": self.s3_bucket, "queue_url": self.sqs_queue_url}
+        return {k: v for k, v in given.items() if v is not None}
+
+
 class S3SqsWorld(World):
     """A World in an S3 bucket and an SQS queue; see the module docstring for the design."""
+
+    settings_model: ClassVar[type[WorldSettings]] = S3SqsSettings
+
+    @classmethod
+    def from_options(cls, **options: Any) -> S3SqsWorld:
+        """``bucket`` and ``queue_url`` (or a URL ``s3sqs://BUCKET[/PREFIX]?queue=QUEUE_URL``
+        as ``url``), ``max_attempts``, ``prefix`` (a key prefix, to share a bucket)."""
+        url = options.pop("url", None)
+        if url is not None:
+            parsed = urlparse(url)
+            query = parse_qs(parsed.query)
+            options.setdefault("bucket", parsed.netloc or None)
+            options.setdefault("prefix", unquote(parsed.path).strip("/"))
+            if "queue" in query:
+                options.setdefault("queue_url", query["queue"][0])
+        bucket, queue_url = options.pop("bucket", None), options.pop("queue_url", None)
+        if not bucket:
+            raise ConfigError("the s3sqs World needs a bucket: set DURABLE_HARNESS_S3_BUCKET")
+        if not queue_url:
+            raise ConfigError("the s3sqs World needs a queue: set DURABLE_HARNESS_SQS_QUEUE_URL")
+        max_attempts = take_max_attempts("s3sqs", options)
+        prefix = str(options.pop("prefix", "") or "")
+        refuse_unknown_options("s3sqs", options)
+        return cls(str(bucket), str(queue_url), max_attempts=max_attempts, prefix=prefix)
 
     def __init__(
         self, bucket: str, queue_url: str, max_attempts: int = 5, prefix: str = ""

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from durable_harness.core.settings import Settings
 from durable_harness.runtime.views import format_show, show_data
-from durable_harness.runtime.world import open_configured_world
 from durable_harness.testing.fake_model import FakeModelServer
+from durable_harness.worlds import open_configured
 
 PROMPT = "Refund order 42, then note the refund in refunds.md."
 DEFAULT_CRASH = "3:after_run"  # the refund tool returned; its outcome is not recorded yet
@@ -78,14 +78,14 @@ def run_demo(data_dir: str | None, crash_at: str | None) -> int:
             f"{calls_before} model call(s) so far\n"
         )
         settings = Settings.load(world="local", data_dir=root / "world")
-        with open_configured_world(settings) as world:
+        with open_configured(settings) as world:
             print(format_show(show_data(world, turn_id)), "\n")
         print(
             "2. A new worker resumes the turn once the dead worker's lease runs out\n", flush=True
         )
         resumed = _cli(["resume", turn_id], env)
         print(f"\n   reply: {resumed.stdout.strip()}\n")
-        with open_configured_world(settings) as world:
+        with open_configured(settings) as world:
             data = show_data(world, turn_id)
         print(format_show(data), "\n")
         replayed_models = sum(
