@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -38,13 +39,17 @@ def rig(tmp_path: Path, case: WireCase) -> Iterator[Rig]:
 
 # -- an unseen call ----------------------------------------------------------------------
 def test_an_unseen_call_streams_as_it_arrives_and_is_recorded(rig: Rig, case: WireCase) -> None:
+    started = time.monotonic()
     status, body, ttfb = rig.ask("slow please")
+    total = time.monotonic() - started
     assert status == 200
     events = case.events(body)
     assert events[0] == case.first_event and events[-1] == case.last_event
     assert case.final_event in events
-    # Events 150 ms apart: the first reached the client long before the last.
-    assert len(events) >= case.min_events and ttfb < 0.5, ttfb
+    # Events 150 ms apart: the first reached the client at least two gaps before the
+    # last (a proxy that buffered the stream would send its first byte with its last).
+    # Relative to the stream's own length, so a loaded machine does not fail it.
+    assert len(events) >= case.min_events and ttfb < total - 0.3, (ttfb, total)
     (step,) = rig.steps()
     assert step.kind == "model" and step.status is StepStatus.DONE
     assert step.input is None  # invariant 7: only the request's hash is kept
