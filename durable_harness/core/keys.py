@@ -9,9 +9,9 @@ steps: their model calls are paid again and their session records are not found.
 =====================  =============================================  =====================
 step kind               key                                            who writes it
 =====================  =============================================  =====================
-``model``               ``model:<n>`` (the n-th call of the turn)      built-in agent
+``model``               ``model:<n>`` (the n-th call, or step n)       built-in, custom
 ``model``               ``model:<sha256 of the canonical request>``    journaling proxy
-``tool``                ``tool:<n>:<tool_use_id>``                     built-in agent
+``tool``                ``tool:<n>:<tool_use_id>`` or ``tool:<n>``     built-in, custom
 ``tool``                ``tool:<tool_use_id>``                         CLI hooks, MCP, waits
 ``agent``               ``launch:<n>`` (the n-th CLI run of the turn)  CLI adapters
 =====================  =============================================  =====================
@@ -40,8 +40,9 @@ def model_key(request_digest: str) -> str:
     return f"{MODEL_PREFIX}{request_digest}"
 
 
-def builtin_model_key(n: int) -> str:
-    """The built-in agent's ``n``-th model call of the turn (its loop is deterministic)."""
+def ordinal_model_key(n: int) -> str:
+    """A model call numbered by its place in a deterministic loop: the built-in agent's
+    ``n``-th call, or a custom harness's call at step ``n``."""
     return f"{MODEL_PREFIX}{n}"
 
 
@@ -50,9 +51,10 @@ def tool_key(tool_use_id: str) -> str:
     return f"{TOOL_PREFIX}{tool_use_id}"
 
 
-def builtin_tool_key(n: int, tool_use_id: str) -> str:
-    """A tool call of the built-in agent's ``n``-th model reply."""
-    return f"{TOOL_PREFIX}{n}:{tool_use_id}"
+def ordinal_tool_key(n: int, tool_use_id: str | None = None) -> str:
+    """A tool call of the built-in agent's ``n``-th model reply, or a custom harness's tool
+    call at step ``n`` (with the model's tool-use id when it gave one)."""
+    return f"{TOOL_PREFIX}{n}:{tool_use_id}" if tool_use_id else f"{TOOL_PREFIX}{n}"
 
 
 def tool_use_id_of(key: str) -> str:

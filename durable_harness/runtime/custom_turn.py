@@ -32,6 +32,7 @@ from durable_harness.core.errors import (
     TurnFailed,
     WorldError,
 )
+from durable_harness.core.keys import ordinal_model_key, ordinal_tool_key
 from durable_harness.core.settings import Settings
 from durable_harness.core.types import Lease, Replay, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
@@ -140,7 +141,7 @@ class JournaledTurn:
         """
         body = dict(request)
         label = name or str(body.get("model") or "model")
-        key = f"model:{self._journal.next_seq}"
+        key = ordinal_model_key(self._journal.next_seq)
 
         def run(_seq: int) -> Outcome:
             reply = _as_json(call(), f"the model call {label!r}", ConfigError)
@@ -191,7 +192,7 @@ class JournaledTurn:
         except ToolInputError as exc:
             return ToolResult(str(exc), input_error=True)
         seq = self._journal.next_seq
-        key = f"tool:{seq}:{call_id}" if call_id else f"tool:{seq}"
+        key = ordinal_tool_key(seq, call_id)
 
         def run(at: int) -> Outcome:
             ctx = ToolContext(self.turn_id, self.session_id, at)

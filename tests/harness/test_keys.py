@@ -18,9 +18,10 @@ TURN = "turn_0123456789abcdef0123"
 
 def test_step_keys() -> None:
     assert keys.model_key("ab" * 32) == "model:" + "ab" * 32
-    assert keys.builtin_model_key(3) == "model:3"
+    assert keys.ordinal_model_key(3) == "model:3"
     assert keys.tool_key(TOOL_USE_ID) == "tool:toolu_01ABC"
-    assert keys.builtin_tool_key(2, TOOL_USE_ID) == "tool:2:toolu_01ABC"
+    assert keys.ordinal_tool_key(2, TOOL_USE_ID) == "tool:2:toolu_01ABC"
+    assert keys.ordinal_tool_key(5) == "tool:5"
     assert keys.tool_use_id_of("tool:toolu_01ABC") == TOOL_USE_ID
     assert keys.launch_key(1) == "launch:1"
     assert keys.is_launch_key("launch:7") and not keys.is_launch_key("tool:launch:7")

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import SandboxError, SandboxUnavailable, TurnFailed, TurnSuspended
-from durable_harness.core.keys import builtin_model_key, builtin_tool_key
+from durable_harness.core.keys import ordinal_model_key, ordinal_tool_key
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
 from durable_harness.core.types import Replay, Step, StepStatus, TurnStatus
@@ -255,7 +255,7 @@ class _Loop:
                 reply = self.journal.run(
                     kind="model",
                     name=self.model,
-                    key=builtin_model_key(n),
+                    key=ordinal_model_key(n),
                     input=request,
                     call=lambda _seq, req=request: self._call_model(req),  # type: ignore[misc]
                     replay="safe",
@@ -294,7 +294,7 @@ class _Loop:
         result = self.journal.run(
             kind="tool",
             name=name,
-            key=builtin_tool_key(n, block["id"]),
+            key=ordinal_tool_key(n, block["id"]),
             input=block.get("input", {}),
             call=self._tool_call(tool, name, block.get("input", {})),
             replay=tool.replay if tool is not None else "safe",
