@@ -29,12 +29,11 @@ shaped as the API of the path asked. ``POST /_dh/<event>`` (the CLI's
 hooks, authenticated by ``X-Durable-Harness-Token``) and ``POST /mcp`` (host tools over
 MCP, ``Authorization: Bearer``) are handed to the adapter's callbacks.
 
-The parts, one job each: this module is the HTTP listener (``http.server``) and its
-routing, including the hook and MCP dispatch; :mod:`.upstream` the client of the model
-endpoint (httpx, its retry and error mapping); :mod:`.journaling` the journal glue (a
-model call's step, the tee that records a stream); :mod:`.chunked` the chunked answer to
-the CLI; :mod:`.sse` the event parsing. :class:`Upstream` and :func:`message_of` are
-re-exported here for the callers that import them from this module.
+One job per module: here the HTTP listener, its routing and the hook/MCP dispatch;
+:mod:`.upstream` the model endpoint's client (httpx, retry, error mapping);
+:mod:`.journaling` the journal glue (a model call's step, the tee); :mod:`.chunked` the
+streamed answer to the CLI; :mod:`.sse` the events. :class:`Upstream` and
+:func:`message_of` are re-exported here for the callers that import them from here.
 
 An error that must stop the turn (the lease was lost, a replay diverged, a crash of our
 own code) is raised in a server thread, so it is stored in :attr:`fatal` and signalled
@@ -118,7 +117,7 @@ class JournalingProxy:
         host: str = "127.0.0.1",
     ) -> None:
         self.steps = ModelSteps(journal, canonicalizer)
-        self._client = UpstreamClient(upstream)
+        self._client = UpstreamClient(upstream)  # shared by every server thread
         self.token = token
         self.callbacks = callbacks or ProxyCallbacks()
         self.upstream_errors: list[str] = []
@@ -155,11 +154,6 @@ class JournalingProxy:
     def upstream(self, upstream: Upstream) -> None:
         old, self._client = self._client, UpstreamClient(upstream)
         old.close()
-
-    @property
-    def client(self) -> UpstreamClient:
-        """The client of the model endpoint, shared by every server thread."""
-        return self._client
 
     def start(self) -> JournalingProxy:
         if self._thread is None:
@@ -339,7 +333,7 @@ class _Handler(BaseHTTPRequestHandler):
         proxy.steps.count_forward(key)
         headers = dict(self.headers.items())
         try:
-            reply = proxy.client.send("POST", self.path, headers, raw, self.wire, key)
+            reply = proxy._client.send("POST", self.path, headers, raw, self.wire, key)
         except UpstreamUnreachable as exc:
             message = f"cannot reach the model endpoint {proxy.upstream.base_url}: {exc}"
             proxy.note_upstream_error(message)
@@ -385,22 +379,17 @@ class _Handler(BaseHTTPRequestHandler):
         proxy = self.proxy
         try:
             message = read_json_reply(reply, self.wire)
-        except UpstreamBroke as exc:
-            problem = f"the model reply broke off: {exc}"
+        except (UpstreamBroke, ValueError) as exc:
+            problem = (
+                f"the model reply broke off: {exc}"
+                if isinstance(exc, UpstreamBroke)
+                else f"the model endpoint sent a malformed reply ({exc})"
+            )
             proxy.note_upstream_error(problem)
             self._api_error(502, "api_error", f"durable-harness proxy: {problem}")
             return
-        except ValueError as exc:
-            problem = f"the model endpoint sent a malformed reply ({exc})"
-            proxy.note_upstream_error(problem)
-            self._api_error(502, "api_error", f"durable-harness proxy: {problem}")
-            return
-        value = {
-            "status": 200,
-            "headers": reply.passed_headers(),
-            "stream": False,
-            "body": message,
-        }
+        headers = reply.passed_headers()
+        value = {"status": 200, "headers": headers, "stream": False, "body": message}
         self._record(step, value, message, started, time.monotonic())
         self._replay(value, stream)
         if proxy.callbacks.on_message is not None:
@@ -426,7 +415,7 @@ class _Handler(BaseHTTPRequestHandler):
         proxy = self.proxy
         headers = dict(self.headers.items())
         try:
-            reply = proxy.client.send(method, self.path, headers, raw, self.wire)
+            reply = proxy._client.send(method, self.path, headers, raw, self.wire)
             try:
                 data = reply.read()
             finally:

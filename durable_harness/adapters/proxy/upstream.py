@@ -27,6 +27,7 @@ Contract (the same as the ``http.client`` connection it replaces):
 from __future__ import annotations
 
 import http.cookiejar
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -116,11 +117,19 @@ class UpstreamClient:
         parts = urlsplit(upstream.base_url)
         self._origin = f"{parts.scheme}://{parts.netloc}"
         self._base_path = parts.path.rstrip("/")
+        # Idle connections stay until upstream closes them (the pool notices a closed one
+        # before reusing it; the rare race is the one retry in ``send``).
+        limits = httpx2.Limits(max_connections=None, keepalive_expiry=None)
+        transport = httpx2.HTTPTransport(
+            limits=limits,
+            trust_env=False,
+            # The request goes out as two writes (headers, then body): with Nagle's
+            # algorithm the body's last segment would wait for upstream's ACK.
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
         self._client = httpx2.Client(
+            transport=transport,
             timeout=upstream.timeout,
-            # Idle connections stay until upstream closes them (the pool notices a closed
-            # one before reusing it; the rare race is the one retry in ``send``).
-            limits=httpx2.Limits(max_connections=None, keepalive_expiry=None),
             cookies=http.cookiejar.CookieJar(
                 policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
             ),
