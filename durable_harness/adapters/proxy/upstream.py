@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import http.cookiejar
 import socket
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +110,16 @@ class UpstreamReply:
         self._response.close()
 
 
+def _tls_context(scheme: str) -> ssl.SSLContext:
+    if scheme == "https":
+        # The trust of ``http.client``: the system's store, OpenSSL's SSL_CERT_FILE/_DIR.
+        return ssl.create_default_context()
+    # A plain-HTTP endpoint (the fake model) never starts TLS on this pool: a verifying
+    # context that trusts nothing fails closed, and spares loading the system's store
+    # (tens of milliseconds) at every start of a proxy.
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 class UpstreamClient:
     """See the module docstring. Thread-safe; ``close()`` ends its connections."""
 
@@ -121,6 +132,7 @@ class UpstreamClient:
         # before reusing it; the rare race is the one retry in ``send``).
         limits = httpx2.Limits(max_connections=None, keepalive_expiry=None)
         transport = httpx2.HTTPTransport(
+            verify=_tls_context(parts.scheme),
             limits=limits,
             trust_env=False,
             # The request goes out as two writes (headers, then body): with Nagle's
