@@ -29,6 +29,12 @@ shaped as the API of the path asked. ``POST /_dh/<event>`` (the CLI's
 hooks, authenticated by ``X-Durable-Harness-Token``) and ``POST /mcp`` (host tools over
 MCP, ``Authorization: Bearer``) are handed to the adapter's callbacks.
 
+One job per module: here the HTTP listener, its routing and the hook/MCP dispatch;
+:mod:`.upstream` the model endpoint's client (httpx, retry, error mapping);
+:mod:`.journaling` the journal glue (a model call's step, the tee); :mod:`.chunked` the
+streamed answer to the CLI; :mod:`.sse` the events. :class:`Upstream` and
+:func:`message_of` are re-exported here for the callers that import them from here.
+
 An error that must stop the turn (the lease was lost, a replay diverged, a crash of our
 own code) is raised in a server thread, so it is stored in :attr:`fatal` and signalled
 through :attr:`fatal_event`; the adapter stops the CLI and re-raises it.
@@ -37,56 +43,47 @@ through :attr:`fatal_event`; the adapter stops the CLI and re-raises it.
 from __future__ import annotations
 
 import hmac
-import http.client
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from durable_harness.adapters.proxy.canonical import Canonicalizer
-from durable_harness.adapters.proxy.sse import EventSplitter, MalformedStream
+from durable_harness.adapters.proxy.chunked import ChunkedReply
+from durable_harness.adapters.proxy.journaling import (
+    ModelSteps,
+    ProxyStats,
+    message_of,
+    read_json_reply,
+    tee_stream,
+)
+from durable_harness.adapters.proxy.upstream import (
+    Upstream,
+    UpstreamBroke,
+    UpstreamClient,
+    UpstreamReply,
+    UpstreamUnreachable,
+)
 from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.base import WireFormat, error_text
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
-from durable_harness.core.canonical import sha256_hex
 from durable_harness.core.errors import DurableHarnessError, ModelError, ReplayDivergence
-from durable_harness.core.keys import model_key, tool_key
-from durable_harness.core.types import StepStatus
 from durable_harness.harness.httpio import BodyCut, read_body
-from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
+from durable_harness.harness.journal import Journal, OpenStep, StepResult
 
-__all__ = ["JournalingProxy", "ProxyCallbacks", "Upstream", "message_of"]
+__all__ = ["JournalingProxy", "ProxyCallbacks", "ProxyStats", "Upstream", "message_of"]
 
 log = logging.getLogger(__name__)
 
-#: Response headers worth passing on (and recording): the rest are hop-by-hop or noise.
-_PASSED_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry")
-_DROPPED_REQUEST_HEADERS = frozenset(
-    {"host", "content-length", "connection", "keep-alive", "transfer-encoding",
-     "accept-encoding", "x-api-key", "authorization", "proxy-authorization", "te", "upgrade"}
-)  # fmt: skip
-KEY_HEADER = "X-Durable-Harness-Key"
 #: The model APIs the proxy speaks, by the path of their journaled call.
 WIRES: dict[str, WireFormat] = {wire.path: wire for wire in (ANTHROPIC, RESPONSES, CHAT)}
 _PLAIN_PATHS = {path: wire for wire in WIRES.values() for path in wire.plain_paths}
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """The real model endpoint and the harness's own key for it."""
-
-    base_url: str
-    api_key: str
-    #: Tell upstream the journal key in ``X-Durable-Harness-Key`` (tests count calls by it;
-    #: only ever set for a loopback endpoint such as the fake model).
-    send_key: bool = False
-    timeout: float = 600.0
 
 
 @dataclass
@@ -101,13 +98,6 @@ class ProxyCallbacks:
     control: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
     #: ``POST /mcp`` JSON-RPC -> JSON-RPC reply, or None for a notification.
     mcp: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
-
-
-@dataclass
-class ProxyStats:
-    upstream_calls: int = 0  # model calls forwarded upstream
-    replayed: int = 0  # answered from the journal
-    by_key: dict[str, int] = field(default_factory=dict)  # forwards per journal key
 
 
 class _Failed(Exception):
@@ -126,19 +116,15 @@ class JournalingProxy:
         callbacks: ProxyCallbacks | None = None,
         host: str = "127.0.0.1",
     ) -> None:
-        self.journal = journal
-        self.canonicalizer = canonicalizer
-        self.upstream = upstream
+        self.steps = ModelSteps(journal, canonicalizer)
+        self._client = UpstreamClient(upstream)  # shared by every server thread
         self.token = token
         self.callbacks = callbacks or ProxyCallbacks()
-        self.stats = ProxyStats()
         self.upstream_errors: list[str] = []
         self.fatal: BaseException | None = None
         self.fatal_event = threading.Event()
         self._lock = threading.Lock()
-        self._inflight: dict[str, threading.Event] = {}
         self._closing = threading.Event()
-        self._local = threading.local()
         self._server = _Server((host, 0), _Handler)
         self._server.proxy = self
         self._thread: threading.Thread | None = None
@@ -147,6 +133,27 @@ class JournalingProxy:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    @property
+    def journal(self) -> Journal:
+        return self.steps.journal
+
+    @journal.setter
+    def journal(self, journal: Journal) -> None:
+        self.steps.journal = journal
+
+    @property
+    def stats(self) -> ProxyStats:
+        return self.steps.stats
+
+    @property
+    def upstream(self) -> Upstream:
+        return self._client.upstream
+
+    @upstream.setter
+    def upstream(self, upstream: Upstream) -> None:
+        old, self._client = self._client, UpstreamClient(upstream)
+        old.close()
 
     def start(self) -> JournalingProxy:
         if self._thread is None:
@@ -166,6 +173,7 @@ class JournalingProxy:
             self._thread.join()
             self._thread = None
         self._server.server_close()
+        self._client.close()
 
     def __enter__(self) -> JournalingProxy:
         return self.start()
@@ -182,102 +190,6 @@ class JournalingProxy:
 
     def authorized(self, presented: str | None) -> bool:
         return presented is not None and hmac.compare_digest(presented, self.token)
-
-    def tool_outcome(self, tool_use_id: str) -> str | None:
-        """Digest of the recorded outcome of CLI tool call ``tool_use_id`` (canonical form)."""
-        step = self.journal.lookup(tool_key(tool_use_id))
-        if step is None or step.status is not StepStatus.DONE:
-            return None
-        return step.output_blob or sha256_hex((step.output or "").encode())
-
-    # -- the model call --------------------------------------------------------------
-    def begin(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[str, Any]:
-        """Find or open the journal step of a request; waits out an identical one in flight.
-
-        Returns ``(key, StepResult | OpenStep)``.
-        """
-        if self.callbacks.on_request is not None:
-            self.callbacks.on_request(body)
-        digest = self.canonicalizer.key(path, headers, body, self.tool_outcome)
-        key = model_key(digest)
-        model = str(body.get("model") or "model")
-        while True:
-            with self._lock:
-                running = self._inflight.get(key)
-                if running is None:
-                    self._inflight[key] = threading.Event()
-            if running is None:
-                break
-            running.wait()  # a retry of a request still streaming: answer it from its outcome
-        try:
-            begun = self.journal.begin_keyed(
-                kind="model",
-                name=model,
-                key=key,
-                input={"canonical_sha256": digest},
-                replay="safe",
-                store_input=False,
-            )
-        except BaseException:
-            self.finished(key)
-            raise
-        if isinstance(begun, StepResult):
-            self.finished(key)
-        return key, begun
-
-    def finished(self, key: str) -> None:
-        with self._lock:
-            event = self._inflight.pop(key, None)
-        if event is not None:
-            event.set()
-
-    def connection(self) -> http.client.HTTPConnection:
-        """This thread's keep-alive connection to upstream (made on first use)."""
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            parts = urlsplit(self.upstream.base_url)
-            https = parts.scheme == "https"
-            cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
-            conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=self.upstream.timeout)
-            self._local.conn = conn
-        return conn
-
-    def drop_connection(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
-
-    def send_upstream(
-        self,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes,
-        key: str | None,
-        wire: WireFormat = ANTHROPIC,
-    ) -> http.client.HTTPResponse:
-        """Forward a request with the harness's key; one retry on a stale kept-alive socket."""
-        base_path = urlsplit(self.upstream.base_url).path.rstrip("/")
-        out = {k: v for k, v in headers.items() if k.lower() not in _DROPPED_REQUEST_HEADERS}
-        out.update(wire.auth_headers(self.upstream.api_key))
-        out["Accept-Encoding"] = "identity"  # the proxy reads the events it tees
-        if key is not None and self.upstream.send_key:
-            out[KEY_HEADER] = key
-        for attempt in (1, 2):
-            reused = getattr(self._local, "conn", None) is not None
-            conn = self.connection()
-            try:
-                conn.request(method, base_path + path, body=body, headers=out)
-                return conn.getresponse()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.drop_connection()
-                if attempt == 2 or not reused:
-                    raise
-            except OSError:
-                self.drop_connection()
-                raise
-        raise AssertionError("unreachable")
 
     def note_upstream_error(self, message: str) -> None:
         with self._lock:
@@ -374,7 +286,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stream = body.get("stream") is True
         try:
-            key, begun = proxy.begin(self.path, dict(self.headers.items()), body)
+            if proxy.callbacks.on_request is not None:
+                proxy.callbacks.on_request(body)
+            key, begun = proxy.steps.begin(self.path, dict(self.headers.items()), body)
         except ReplayDivergence as exc:
             proxy.fail(exc)
             self._api_error(400, "invalid_request_error", f"durable-harness replay: {exc}")
@@ -392,7 +306,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._forward(key, begun, raw, stream)
         finally:
-            proxy.finished(key)
+            proxy.steps.finished(key)
 
     def _replay(self, recorded: dict[str, Any], stream: bool) -> None:
         headers = dict(recorded.get("headers") or {})
@@ -403,10 +317,11 @@ class _Handler(BaseHTTPRequestHandler):
                 else self.wire.events_for(recorded["body"])
             )
             headers["content-type"] = "text/event-stream; charset=utf-8"
-            self._start_chunked(200, headers)
+            client = ChunkedReply(self)
+            client.start(200, headers)
             for text in events:
-                self._write_chunk(text.encode())
-            self._end_chunked()
+                client.write(text.encode())
+            client.end()
         else:
             message = message_of(recorded, self.wire)
             headers["content-type"] = "application/json"
@@ -415,123 +330,65 @@ class _Handler(BaseHTTPRequestHandler):
     def _forward(self, key: str, step: OpenStep, raw: bytes, stream: bool) -> None:
         proxy = self.proxy
         started = time.monotonic()
-        with proxy._lock:
-            proxy.stats.upstream_calls += 1
-            proxy.stats.by_key[key] = proxy.stats.by_key.get(key, 0) + 1
+        proxy.steps.count_forward(key)
+        headers = dict(self.headers.items())
         try:
-            response = proxy.send_upstream(
-                "POST", self.path, dict(self.headers.items()), raw, key, self.wire
-            )
-        except (OSError, http.client.HTTPException) as exc:
+            reply = proxy._client.send("POST", self.path, headers, raw, self.wire, key)
+        except UpstreamUnreachable as exc:
             message = f"cannot reach the model endpoint {proxy.upstream.base_url}: {exc}"
             proxy.note_upstream_error(message)
             self._api_error(502, "api_error", f"durable-harness proxy: {message}")
             return
-        headers = {k.lower(): v for k, v in response.getheaders()}
-        passed = {k: v for k, v in headers.items() if k in _PASSED_HEADERS}
-        if response.status != 200:
-            data = response.read()
-            proxy.note_upstream_error(
-                f"the model endpoint answered HTTP {response.status}: {error_text(data)}"
-            )
-            self._send_bytes(response.status, data, passed)
-            return
-        if headers.get("content-type", "").startswith("text/event-stream"):
-            self._tee_stream(step, response, passed, started)
+        if reply.status != 200:
+            self._pass_error(reply)
+        elif reply.headers.get("content-type", "").startswith("text/event-stream"):
+            self._tee_stream(step, reply, started)
         else:
-            self._tee_json(step, response, passed, started, stream)
+            self._tee_json(step, reply, started, stream)
 
-    def _tee_stream(
-        self,
-        step: OpenStep,
-        response: http.client.HTTPResponse,
-        headers: dict[str, str],
-        started: float,
-    ) -> None:
+    def _pass_error(self, reply: UpstreamReply) -> None:
+        """An error status from upstream reaches the CLI as it came (status and body)."""
         proxy = self.proxy
-        wire = self.wire
-        splitter = EventSplitter()
-        kept: list[str] = []
-        parsed: list[dict[str, Any]] = []
-        first_byte: float | None = None
-        self._start_chunked(200, headers)
-        problem: str | None = None
-        stopped = False
-        held: int | None = None  # kept[held:] wait until the outcome is recorded
         try:
-            while not stopped and problem is None and not proxy._closing.is_set():
-                chunk = response.read1(65536)
-                if not chunk:
-                    break
-                first_byte = first_byte or time.monotonic()
-                for text in splitter.feed(chunk):
-                    event = wire.parse_event(text)
-                    if event is None:  # a keep-alive comment
-                        self._write_chunk(text.encode())
-                        continue
-                    kept.append(text)
-                    parsed.append(event.data)
-                    if held is None and wire.holds_back(event):
-                        held = len(kept) - 1
-                    if event.type == wire.final_event:
-                        stopped = True
-                        break
-                    if held is None or event.type in wire.error_events:
-                        self._write_chunk(text.encode())
-                    if event.type in wire.error_events:
-                        problem = f"the model endpoint failed mid-stream: {error_text(text)}"
-                        self._end_chunked()
-                        break
-            if stopped:
-                response.read()  # the chunked terminator, so the connection can be reused
-        except MalformedStream as exc:
-            problem = f"the model endpoint sent a malformed stream ({exc})"
-            injected = wire.error_event("api_error", f"durable-harness proxy: {problem}")
-            self._write_chunk(injected.encode())
-            self._end_chunked()
-        except (OSError, http.client.HTTPException) as exc:
-            problem = f"the model stream broke off: {exc!r}"
-        if problem is None and not stopped:
-            problem = f"the model stream ended before {wire.final_event}"
-        if problem is not None:
-            proxy.drop_connection()
+            data = reply.read()
+        except UpstreamBroke as exc:
+            problem = f"the model endpoint's HTTP {reply.status} reply broke off: {exc}"
             proxy.note_upstream_error(problem)
+            self._api_error(502, "api_error", f"durable-harness proxy: {problem}")
+            return
+        finally:
+            reply.close()
+        proxy.note_upstream_error(
+            f"the model endpoint answered HTTP {reply.status}: {error_text(data)}"
+        )
+        self._send_bytes(reply.status, data, reply.passed_headers())
+
+    def _tee_stream(self, step: OpenStep, reply: UpstreamReply, started: float) -> None:
+        proxy = self.proxy
+        teed = tee_stream(reply, ChunkedReply(self), self.wire, proxy._closing)
+        if teed.problem is not None:
+            proxy.note_upstream_error(teed.problem)
             self.close_connection = True  # the CLI sees the stream break, as it did upstream
             return
-        value = {"status": 200, "headers": headers, "stream": True, "events": kept}
-        message = wire.assemble(parsed)
-        self._record(step, value, message, started, first_byte)
-        for text in kept[held if held is not None else -1 :]:
-            self._write_chunk(text.encode())
-        self._end_chunked()
+        self._record(step, teed.value, teed.message, started, teed.first_byte)
+        teed.release()
         if proxy.callbacks.on_message is not None:
-            proxy.callbacks.on_message(message, False)
+            proxy.callbacks.on_message(teed.message, False)
 
-    def _tee_json(
-        self,
-        step: OpenStep,
-        response: http.client.HTTPResponse,
-        headers: dict[str, str],
-        started: float,
-        stream: bool,
-    ) -> None:
+    def _tee_json(self, step: OpenStep, reply: UpstreamReply, started: float, stream: bool) -> None:
         proxy = self.proxy
         try:
-            data = response.read()
-            message = json.loads(data)
-            if not self.wire.is_response(message):
-                raise ValueError(f"not a {self.wire.name} response")
-        except (OSError, http.client.HTTPException) as exc:
-            problem = f"the model reply broke off: {exc!r}"
-            proxy.drop_connection()
+            message = read_json_reply(reply, self.wire)
+        except (UpstreamBroke, ValueError) as exc:
+            problem = (
+                f"the model reply broke off: {exc}"
+                if isinstance(exc, UpstreamBroke)
+                else f"the model endpoint sent a malformed reply ({exc})"
+            )
             proxy.note_upstream_error(problem)
             self._api_error(502, "api_error", f"durable-harness proxy: {problem}")
             return
-        except ValueError as exc:
-            problem = f"the model endpoint sent a malformed reply ({exc})"
-            proxy.note_upstream_error(problem)
-            self._api_error(502, "api_error", f"durable-harness proxy: {problem}")
-            return
+        headers = reply.passed_headers()
         value = {"status": 200, "headers": headers, "stream": False, "body": message}
         self._record(step, value, message, started, time.monotonic())
         self._replay(value, stream)
@@ -546,11 +403,8 @@ class _Handler(BaseHTTPRequestHandler):
         started: float,
         first_byte: float | None,
     ) -> None:
-        meta = self.wire.meta(message)
-        if first_byte is not None:
-            meta["first_byte_ms"] = round((first_byte - started) * 1000, 1)
         try:
-            self.proxy.journal.end(step, Outcome(value, meta))
+            self.proxy.steps.record(step, self.wire, value, message, started, first_byte)
         except BaseException as exc:
             self.proxy.fail(exc)
             self.close_connection = True
@@ -559,15 +413,17 @@ class _Handler(BaseHTTPRequestHandler):
     # -- other upstream paths, hooks, MCP ---------------------------------------------------
     def _forward_plain(self, method: str, raw: bytes) -> None:
         proxy = self.proxy
+        headers = dict(self.headers.items())
         try:
-            headers = dict(self.headers.items())
-            response = proxy.send_upstream(method, self.path, headers, raw, None, self.wire)
-            data = response.read()
-        except (OSError, http.client.HTTPException) as exc:
+            reply = proxy._client.send(method, self.path, headers, raw, self.wire)
+            try:
+                data = reply.read()
+            finally:
+                reply.close()
+        except (UpstreamUnreachable, UpstreamBroke) as exc:
             self._api_error(502, "api_error", f"durable-harness proxy: upstream failed: {exc}")
             return
-        passed = {k.lower(): v for k, v in response.getheaders() if k.lower() in _PASSED_HEADERS}
-        self._send_bytes(response.status, data, passed)
+        self._send_bytes(reply.status, data, reply.passed_headers())
 
     def _control(self, name: str, raw: bytes) -> None:
         proxy = self.proxy
@@ -633,51 +489,8 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
-    def _start_chunked(self, status: int, headers: dict[str, str]) -> None:
-        self._client_gone = False
-        try:
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-        except OSError:
-            self._client_gone = True
-
-    def _write_chunk(self, data: bytes) -> None:
-        # A client that went away (killed mid-stream) does not stop the tee: the answer is
-        # paid for, so it is still read to the end and recorded.
-        if getattr(self, "_client_gone", False) or not data:
-            return
-        try:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-        except OSError:
-            self._client_gone = True
-            self.close_connection = True
-
-    def _end_chunked(self) -> None:
-        if getattr(self, "_client_gone", False):
-            return
-        try:
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
-
     def handle_one_request(self) -> None:
         try:
             super().handle_one_request()
         except _Failed:
             self.close_connection = True
-
-
-def message_of(recorded: dict[str, Any], wire: WireFormat = ANTHROPIC) -> dict[str, Any]:
-    """The JSON response of a recorded outcome, whichever way it was received."""
-    if not recorded.get("stream"):
-        body: dict[str, Any] = recorded["body"]
-        return body
-    events = (wire.parse_event(text) for text in recorded["events"])
-    parsed = [e.data for e in events if e is not None]
-    return wire.assemble(parsed)

@@ -6,6 +6,17 @@ byte what the CLI first saw. This module cuts a byte stream into those events as
 arrive (:class:`EventSplitter`), checks each one (:func:`parse_event`), and turns a
 finished list of events into the JSON message a non-streaming request expects
 (:func:`assemble_message`), or the reverse (:func:`events_for_message`).
+
+Why the splitting and parsing are written here, not taken from ``httpx-sse`` (or the
+``EventSource`` that ``httpx2`` ships, derived from it): those read the response
+themselves and yield *parsed* events (``event``, ``data``, ``id``, ``retry``), with line
+endings normalized, comments dropped and the terminator consumed. The proxy needs the
+opposite: the exact bytes of each event, to pass on at once and to record, so that a
+replay is byte for byte what upstream sent (``\\r\\n`` framing and keep-alive comments
+included), while the tee reads the raw body itself (:meth:`.upstream.UpstreamReply.chunks`).
+A library event cannot be turned back into its bytes, so using one would mean parsing
+twice and splitting by hand anyway. What is left here is small: cut at the first blank
+line (:class:`EventSplitter`), read ``event:``/``data:`` lines (:func:`parse_event`).
 """
 
 from __future__ import annotations
