@@ -20,7 +20,7 @@ and ``isinstance`` against one checks names, not signatures); and the facets car
 defaults (``wait_for_work``, ``has_unfinished_turns``, ``doctor``) by plain inheritance.
 
 The core (``harness/``) talks only to these interfaces; each backend is one module
-(``worlds/local.py``, ``postgres.py``, ``s3sqs.py``) and ``tests/worlds/test_contract.py``
+(``worlds/local/``, ``postgres/``, ``s3sqs/``) and ``tests/worlds/test_contract.py``
 runs the same contract suite against all of them.
 
 Contracts every backend keeps:
@@ -49,10 +49,12 @@ with the turn's thread). Timestamps are Unix seconds (float).
 from __future__ import annotations
 
 import abc
+import dataclasses
 import time
 from types import TracebackType
 from typing import Any
 
+from durable_harness.core.errors import WorldError
 from durable_harness.core.types import UNFINISHED, Check, Lease, Session, Step, StepStatus, Turn
 
 
@@ -186,6 +188,20 @@ class Queue(abc.ABC):
         """The payload of signal ``name`` for the turn, or None if it has not arrived."""
 
 
+OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
+"""The statuses :meth:`JournalStore.finish_step` records."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What :meth:`JournalStore.finish_step` records over a step's intent."""
+
+    status: StepStatus
+    output: str | None
+    output_blob: str | None
+    meta: dict[str, Any]
+
+
 class JournalStore(abc.ABC):
     """A turn's steps: intents and outcomes, fenced by the lease epoch (invariants 1-3)."""
 
@@ -204,7 +220,6 @@ class JournalStore(abc.ABC):
         attempt count. Only for steps still in status ``intent``. ``started_at`` keeps
         the first start (a wait's deadline is measured from it)."""
 
-    @abc.abstractmethod
     def finish_step(
         self,
         turn_id: str,
@@ -216,8 +231,18 @@ class JournalStore(abc.ABC):
         meta: dict[str, Any],
     ) -> None:
         """Record the outcome of a step in status ``intent`` (fenced). ``status`` is
-        ``done`` or ``possibly_ran``. A step that already has an outcome raises
+        ``done`` or ``possibly_ran`` (anything else is a :class:`WorldError` here, before
+        the backend is asked). A step that already has an outcome raises
         :class:`StepConflict`."""
+        if status not in OUTCOMES:
+            raise WorldError(f"finish_step records done or possibly_ran, got {status}")
+        self.record_outcome(turn_id, seq, epoch, Outcome(status, output, output_blob, meta))
+
+    @abc.abstractmethod
+    def record_outcome(self, turn_id: str, seq: int, epoch: int, outcome: Outcome) -> None:
+        """The backend's part of :meth:`finish_step`: write ``outcome`` (its status already
+        checked) over step ``seq``'s intent, fenced by ``epoch``; ``outcome.meta`` is merged
+        into the intent's meta, so what the intent recorded stays visible to ``show``."""
 
 
 class Doctor(abc.ABC):

@@ -33,9 +33,9 @@ from durable_harness.core.errors import (
     WorldError,
 )
 from durable_harness.core.types import Step, StepStatus, TurnStatus
+from durable_harness.core.world import Outcome
 from durable_harness.worlds._s3_store import Doc, Precondition, S3Store
 
-_OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
 _STEP_FIELDS = (
     "turn_id",
     "seq",
@@ -282,32 +282,21 @@ class S3Journal:
             except Precondition:
                 continue
 
-    def finish(
-        self,
-        turn_id: str,
-        seq: int,
-        epoch: int,
-        status: StepStatus,
-        output: str | None,
-        output_blob: str | None,
-        meta: dict[str, Any],
-    ) -> None:
-        if status not in _OUTCOMES:
-            raise WorldError(f"finish_step records done or possibly_ran, got {status}")
+    def finish(self, turn_id: str, seq: int, epoch: int, outcome: Outcome) -> None:
         cached = True
         while True:
             row, step = self._open_row(turn_id, seq, epoch, cached)
             cached = False
             data = {
                 **row.data,
-                "status": str(status),
-                "output": output,
-                "output_blob": output_blob,
+                "status": str(outcome.status),
+                "output": outcome.output,
+                "output_blob": outcome.output_blob,
                 "epoch": epoch,
                 "fence": epoch,
                 "finished_at": time.time(),
                 # Merged, not replaced: what the intent recorded stays visible to `show`.
-                "meta": {**step.meta, **meta},
+                "meta": {**step.meta, **outcome.meta},
             }
             try:
                 self.store.put(self.layout.step(turn_id, seq), data, if_match=row.etag)

@@ -61,7 +61,7 @@ from durable_harness.core.settings import (
     take_max_attempts,
 )
 from durable_harness.core.types import Check, Lease, Session, Step, StepStatus, Turn, TurnStatus
-from durable_harness.core.world import World
+from durable_harness.core.world import Outcome, World
 from durable_harness.worlds import postgres_schema as schema
 from durable_harness.worlds import postgres_sql as sql
 
@@ -77,7 +77,6 @@ BLOB_PROBE_BYTES = 64 * 1024
 MIN_WAIT_SECONDS = 0.02
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-_OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
 _T = TypeVar("_T")
 Row = dict[str, Any]
 
@@ -556,26 +555,15 @@ class PostgresWorld(World):
 
         return self._run("restart_intent", op)
 
-    def finish_step(
-        self,
-        turn_id: str,
-        seq: int,
-        epoch: int,
-        status: StepStatus,
-        output: str | None,
-        output_blob: str | None,
-        meta: dict[str, Any],
-    ) -> None:
-        if status not in _OUTCOMES:
-            raise WorldError(f"finish_step records done or possibly_ran, got {status}")
+    def record_outcome(self, turn_id: str, seq: int, epoch: int, outcome: Outcome) -> None:
         params = {
             "turn_id": turn_id,
             "seq": seq,
             "epoch": epoch,
-            "status": status.value,
-            "output": output,
-            "output_blob": output_blob,
-            "meta": Jsonb(meta),  # merged into the intent's meta: what it recorded stays
+            "status": outcome.status.value,
+            "output": outcome.output,
+            "output_blob": outcome.output_blob,
+            "meta": Jsonb(outcome.meta),  # merged into the intent's meta: what it recorded stays
             "now": time.time(),
         }
 

@@ -81,11 +81,10 @@ from durable_harness.core.types import (
     Lease,
     Session,
     Step,
-    StepStatus,
     Turn,
     TurnStatus,
 )
-from durable_harness.core.world import World
+from durable_harness.core.world import Outcome, World
 from durable_harness.worlds._s3_catalog import S3Catalog, turn_from_doc
 from durable_harness.worlds._s3_journal import S3Journal
 from durable_harness.worlds._s3_store import FETCH_THREADS, Doc, Layout, Precondition, S3Store
@@ -552,17 +551,8 @@ class S3SqsWorld(World):
     def restart_intent(self, turn_id: str, seq: int, epoch: int) -> int:
         return self._journal.restart_intent(turn_id, seq, epoch)
 
-    def finish_step(
-        self,
-        turn_id: str,
-        seq: int,
-        epoch: int,
-        status: StepStatus,
-        output: str | None,
-        output_blob: str | None,
-        meta: dict[str, Any],
-    ) -> None:
-        self._journal.finish(turn_id, seq, epoch, status, output, output_blob, meta)
+    def record_outcome(self, turn_id: str, seq: int, epoch: int, outcome: Outcome) -> None:
+        self._journal.finish(turn_id, seq, epoch, outcome)
 
 
 def _check(name: str, run: Callable[[], object], detail: str) -> Check:
