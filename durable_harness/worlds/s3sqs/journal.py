@@ -1,6 +1,6 @@
 """The S3+SQS World's journal: one S3 object per step, fenced without a transaction.
 
-Package-private; ``s3sqs.py``'s module docstring explains the whole consistency design.
+Package-private; the package's docstring explains the whole consistency design.
 The rules this module keeps:
 
 * A step row ``turns/<tid>/steps/<seq>`` is created only with ``If-None-Match: *`` (seq
@@ -34,7 +34,7 @@ from durable_harness.core.errors import (
 )
 from durable_harness.core.types import Step, StepStatus, TurnStatus
 from durable_harness.core.world import Outcome
-from durable_harness.worlds._s3_store import Doc, Precondition, S3Store
+from durable_harness.worlds.s3sqs.store import Doc, Precondition, S3Store
 
 _STEP_FIELDS = (
     "turn_id",
