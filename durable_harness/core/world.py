@@ -51,11 +51,21 @@ from __future__ import annotations
 import abc
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
 from durable_harness.core.errors import WorldError
-from durable_harness.core.types import UNFINISHED, Check, Lease, Session, Step, StepStatus, Turn
+from durable_harness.core.types import (
+    UNFINISHED,
+    Check,
+    Lease,
+    Session,
+    Step,
+    StepStatus,
+    Turn,
+    TurnStatus,
+)
 
 
 class BlobStore(abc.ABC):
@@ -149,13 +159,21 @@ class Queue(abc.ABC):
         """Give the turn back to the queue (deliverable after ``delay``), recording
         ``error`` as the turn's last error. Fenced."""
 
-    @abc.abstractmethod
     def complete_turn(self, lease: Lease, result: str) -> None:
         """Mark the turn ``done`` with its final reply and delete its message. Fenced."""
+        self.end_turn(lease, TurnStatus.DONE, result=result, error=None)
 
-    @abc.abstractmethod
     def fail_turn(self, lease: Lease, error: str) -> None:
         """Mark the turn ``failed`` for good (no more deliveries). Fenced."""
+        self.end_turn(lease, TurnStatus.FAILED, result=None, error=error)
+
+    @abc.abstractmethod
+    def end_turn(
+        self, lease: Lease, status: TurnStatus, result: str | None, error: str | None
+    ) -> None:
+        """The backend's part of :meth:`complete_turn` and :meth:`fail_turn`: the turn
+        ends in ``status`` (``done`` or ``failed``), keeping its earlier result or error
+        where ``result`` or ``error`` is None, and leaves the queue. Fenced."""
 
     def wait_for_work(self, timeout: float) -> None:
         """Block until a turn may have become claimable, or ``timeout`` seconds passed.
@@ -287,3 +305,22 @@ class World(BlobStore, Catalog, Queue, JournalStore, Doctor):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+Migration = tuple[str, tuple[str, ...]]
+"""A named schema migration: its name and its statements, run in order."""
+
+
+def apply_migrations(
+    migrations: Sequence[Migration], current: int, execute: Callable[..., object], record: str
+) -> None:
+    """Run the append-only ``migrations`` after version ``current`` (a migration's version
+    is its 1-based position), each followed by ``execute(record, (version, name, now))``,
+    the statement that records it in the backend's ``schema_version`` table. The caller
+    holds the transaction and the lock that make two processes migrate once."""
+    for version, (name, statements) in enumerate(migrations, start=1):
+        if version <= current:
+            continue
+        for statement in statements:
+            execute(statement)
+        execute(record, (version, name, time.time()))

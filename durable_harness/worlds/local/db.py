@@ -13,12 +13,12 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from durable_harness.core.errors import LeaseLost, NotFound, WorldError
 from durable_harness.core.types import Turn, TurnStatus
+from durable_harness.core.world import apply_migrations
 from durable_harness.worlds.local.schema import MIGRATIONS, turn_from_row
 
 DB_NAME = "world.sqlite3"
@@ -91,15 +91,12 @@ class Database:
                     f"{self.path} has schema version {current}, but this durable-harness "
                     f"knows only up to {len(MIGRATIONS)}: upgrade durable-harness to open it"
                 )
-            for version, (name, statements) in enumerate(MIGRATIONS, start=1):
-                if version <= current:
-                    continue
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
-                    (version, name, time.time()),
-                )
+            apply_migrations(
+                MIGRATIONS,
+                current,
+                conn.execute,
+                "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
+            )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

@@ -188,13 +188,7 @@ class LocalQueue(Queue):
             ).fetchone()
             return None if row is None else str(row["payload"])
 
-    def complete_turn(self, lease: Lease, result: str) -> None:
-        self._finish_turn(lease, TurnStatus.DONE, result=result, error=None)
-
-    def fail_turn(self, lease: Lease, error: str) -> None:
-        self._finish_turn(lease, TurnStatus.FAILED, result=None, error=error)
-
-    def _finish_turn(
+    def end_turn(
         self, lease: Lease, status: TurnStatus, result: str | None, error: str | None
     ) -> None:
         with self._db.transaction(write=True) as conn:

@@ -112,20 +112,11 @@ class PostgresQueue(PostgresConnections, Queue):
         def op(conn: psycopg.Connection[Any], retried: bool) -> None:
             if db.one_row(conn, sql.RELEASE, params) is not None:
                 return
-            turn = db.one_row(conn, sql.GET_TURN, (lease.turn_id,))
-            if retried and turn is not None and _is(turn, "queued", lease.epoch):
-                return  # our release committed before the connection died
-            raise self._fence_error(conn, lease.turn_id, lease.epoch)
+            self._unless_committed(conn, lease, retried, "queued")
 
         self._run("release", op)
 
-    def complete_turn(self, lease: Lease, result: str) -> None:
-        self._finish_turn(lease, TurnStatus.DONE, result=result, error=None)
-
-    def fail_turn(self, lease: Lease, error: str) -> None:
-        self._finish_turn(lease, TurnStatus.FAILED, result=None, error=error)
-
-    def _finish_turn(
+    def end_turn(
         self, lease: Lease, status: TurnStatus, result: str | None, error: str | None
     ) -> None:
         params = {
@@ -139,10 +130,7 @@ class PostgresQueue(PostgresConnections, Queue):
         def op(conn: psycopg.Connection[Any], retried: bool) -> None:
             if db.one_row(conn, sql.FINISH_TURN, params) is not None:
                 return
-            turn = db.one_row(conn, sql.GET_TURN, (lease.turn_id,))
-            if retried and turn is not None and _is(turn, status.value, lease.epoch):
-                return  # our write committed before the connection died
-            raise self._fence_error(conn, lease.turn_id, lease.epoch)
+            self._unless_committed(conn, lease, retried, status.value)
 
         self._run(f"{status.value} turn", op)
 
@@ -162,12 +150,20 @@ class PostgresQueue(PostgresConnections, Queue):
                 if db.one_row(conn, sql.LOCK_RUNNING_JOB, (lease.turn_id, lease.epoch)) is not None:
                     db.one_row(conn, sql.SUSPEND, params)
                     return
-            turn = db.one_row(conn, sql.GET_TURN, (lease.turn_id,))
-            if retried and turn is not None and _is(turn, "waiting", lease.epoch):
-                return  # our suspend committed before the connection died
-            raise self._fence_error(conn, lease.turn_id, lease.epoch)
+            self._unless_committed(conn, lease, retried, "waiting")
 
         self._run("suspend", op)
+
+    def _unless_committed(
+        self, conn: psycopg.Connection[Any], lease: Lease, retried: bool, status: str
+    ) -> None:
+        """A fenced write with ``lease`` matched no row: return if this is a retry whose
+        first try committed (the turn stands in ``status`` at the lease's epoch: our write
+        committed before the connection died), else raise why the fence refused it."""
+        turn = db.one_row(conn, sql.GET_TURN, (lease.turn_id,))
+        if retried and turn is not None and _is(turn, status, lease.epoch):
+            return
+        raise self._fence_error(conn, lease.turn_id, lease.epoch)
 
     def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
         def op(conn: psycopg.Connection[Any], retried: bool) -> bool:

@@ -329,13 +329,7 @@ class S3SqsQueue(Queue):
     def get_signal(self, turn_id: str, name: str) -> str | None:
         return self._catalog.get_signal(turn_id, name)
 
-    def complete_turn(self, lease: Lease, result: str) -> None:
-        self._finish_turn(lease, TurnStatus.DONE, result=result, error=None)
-
-    def fail_turn(self, lease: Lease, error: str) -> None:
-        self._finish_turn(lease, TurnStatus.FAILED, result=None, error=error)
-
-    def _finish_turn(
+    def end_turn(
         self, lease: Lease, status: TurnStatus, result: str | None, error: str | None
     ) -> None:
         def finished(data: dict[str, Any]) -> dict[str, Any]:
