@@ -1,6 +1,6 @@
 """The PostgreSQL World's statements, one constant each, and the decoding of their rows.
 
-Conventions that every statement here keeps (see ``postgres.py`` for why):
+Conventions that every statement here keeps (see the package docstring for why):
 
 * a fenced write names its epoch and checks it in the same statement against the turn's
   ``jobs`` row, locked ``FOR SHARE`` (or updated/deleted), never in a separate read;

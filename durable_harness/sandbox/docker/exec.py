@@ -19,6 +19,7 @@ maps them at the sandbox's boundary.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import selectors
 import socket
@@ -43,6 +44,28 @@ class ExecResult:
     stdout: bytes
     stderr: bytes
     timed_out: bool = False
+
+
+class Commands(abc.ABC):
+    """What the Docker sandbox's facets (:mod:`.files`, :mod:`.state`) run their scripts
+    with: :meth:`~durable_harness.sandbox.docker.DockerSandbox.exec`."""
+
+    @abc.abstractmethod
+    def exec(
+        self,
+        script: str,
+        *args: str,
+        stdin: bytes | None = None,
+        timeout: float = 120.0,
+        max_output: int | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``bash -c script dh args…`` in the container as the agent user."""
+
+
+def text(data: bytes) -> str:
+    """A command's output as text; bytes that are not UTF-8 become U+FFFD."""
+    return data.decode("utf-8", errors="replace")
 
 
 class _Capped:
