@@ -52,9 +52,9 @@ import abc
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from types import TracebackType
 from typing import Any
 
+from durable_harness.core.closing import Closing
 from durable_harness.core.errors import WorldError
 from durable_harness.core.types import (
     UNFINISHED,
@@ -272,7 +272,7 @@ class Doctor(abc.ABC):
         failed check: it reports it with what to do."""
 
 
-class World(BlobStore, Catalog, Queue, JournalStore, Doctor):
+class World(BlobStore, Catalog, Queue, JournalStore, Doctor, Closing):
     """Storage and queue for turns: every facet. See the module docstring for the contract."""
 
     def doctor(self) -> list[Check]:
@@ -294,17 +294,6 @@ class World(BlobStore, Catalog, Queue, JournalStore, Doctor):
 
     def close(self) -> None:  # optional: a backend without resources keeps this one
         """Release connections and files."""
-
-    def __enter__(self) -> World:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 Migration = tuple[str, tuple[str, ...]]

@@ -44,11 +44,12 @@ import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import IO, Any
+from types import FrameType
+from typing import IO, Any, Self
 
 from durable_harness.adapters.proxy.sse import stream_events
 from durable_harness.core.canonical import dumps_compact
+from durable_harness.core.closing import Closing
 from durable_harness.core.errors import ConfigError
 from durable_harness.testing.fake_model_answers import (
     BILLED_PATHS,
@@ -84,7 +85,7 @@ __all__ = [
 _LOGGED_TEXT = 500  # the log keeps the start of the last user text, enough to recognise it
 
 
-class FakeModelServer:
+class FakeModelServer(Closing):
     """The fake model on ``127.0.0.1``; ``port=0`` picks a free port (see :attr:`url`).
 
     The socket is bound on construction, so :attr:`url` is known before :meth:`start`.
@@ -192,15 +193,12 @@ class FakeModelServer:
                 self._log_file.close()
                 self._log_file = None
 
-    def __enter__(self) -> FakeModelServer:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """:meth:`stop` (``with`` calls it on the way out)."""
         self.stop()
 
     # --- answering ----------------------------------------------------------------------

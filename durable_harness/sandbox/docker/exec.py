@@ -19,13 +19,12 @@ maps them at the sandbox's boundary.
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import selectors
 import socket
 import struct
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,21 +45,12 @@ class ExecResult:
     timed_out: bool = False
 
 
-class Commands(abc.ABC):
+class Commands:
     """What the Docker sandbox's facets (:mod:`.files`, :mod:`.state`) run their scripts
-    with: :meth:`~durable_harness.sandbox.docker.DockerSandbox.exec`."""
+    with: :meth:`~durable_harness.sandbox.docker.DockerSandbox.exec`, which runs
+    ``bash -c script dh args…`` in the container as the agent user."""
 
-    @abc.abstractmethod
-    def exec(
-        self,
-        script: str,
-        *args: str,
-        stdin: bytes | None = None,
-        timeout: float = 120.0,
-        max_output: int | None = None,
-        environment: dict[str, str] | None = None,
-    ) -> ExecResult:
-        """Run ``bash -c script dh args…`` in the container as the agent user."""
+    exec: Callable[..., ExecResult]
 
 
 def text(data: bytes) -> str:
