@@ -259,7 +259,7 @@ def _held(world: PostgresWorld, turn_id: str) -> str | None:
 
 
 def _listening(world: PostgresWorld, at_least: int) -> bool | None:
-    from durable_harness.worlds import postgres_sql as sql
+    from durable_harness.worlds.postgres import sql
 
     row = world._run(
         "bench",

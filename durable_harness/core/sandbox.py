@@ -28,8 +28,8 @@ from __future__ import annotations
 import abc
 import posixpath
 from dataclasses import dataclass
-from types import TracebackType
 
+from durable_harness.core.closing import Closing
 from durable_harness.core.errors import SandboxError
 
 
@@ -69,7 +69,7 @@ def check_state_paths(files: dict[str, bytes]) -> None:
             parent = posixpath.dirname(parent)
 
 
-class Sandbox(abc.ABC):
+class Sandbox(abc.ABC, Closing):
     journaled: bool = False
     snapshots: bool = False
 
@@ -112,19 +112,8 @@ class Sandbox(abc.ABC):
         sandboxes only); None for a new workspace."""
         return None
 
-    def set_snapshot_mark(self, digest: str | None) -> None:  # noqa: B027 - optional
+    def set_snapshot_mark(self, digest: str | None) -> None:
         """Record that the workspace now matches snapshot ``digest`` (None: forget)."""
 
-    def close(self) -> None:  # noqa: B027 - optional for sandboxes without resources
+    def close(self) -> None:
         """Stop shells and free resources."""
-
-    def __enter__(self) -> Sandbox:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -20,7 +20,7 @@ and ``isinstance`` against one checks names, not signatures); and the facets car
 defaults (``wait_for_work``, ``has_unfinished_turns``, ``doctor``) by plain inheritance.
 
 The core (``harness/``) talks only to these interfaces; each backend is one module
-(``worlds/local.py``, ``postgres.py``, ``s3sqs.py``) and ``tests/worlds/test_contract.py``
+(``worlds/local/``, ``postgres/``, ``s3sqs/``) and ``tests/worlds/test_contract.py``
 runs the same contract suite against all of them.
 
 Contracts every backend keeps:
@@ -49,11 +49,23 @@ with the turn's thread). Timestamps are Unix seconds (float).
 from __future__ import annotations
 
 import abc
+import dataclasses
 import time
-from types import TracebackType
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from durable_harness.core.types import UNFINISHED, Check, Lease, Session, Step, StepStatus, Turn
+from durable_harness.core.closing import Closing
+from durable_harness.core.errors import WorldError
+from durable_harness.core.types import (
+    UNFINISHED,
+    Check,
+    Lease,
+    Session,
+    Step,
+    StepStatus,
+    Turn,
+    TurnStatus,
+)
 
 
 class BlobStore(abc.ABC):
@@ -147,13 +159,21 @@ class Queue(abc.ABC):
         """Give the turn back to the queue (deliverable after ``delay``), recording
         ``error`` as the turn's last error. Fenced."""
 
-    @abc.abstractmethod
     def complete_turn(self, lease: Lease, result: str) -> None:
         """Mark the turn ``done`` with its final reply and delete its message. Fenced."""
+        self.end_turn(lease, TurnStatus.DONE, result=result, error=None)
 
-    @abc.abstractmethod
     def fail_turn(self, lease: Lease, error: str) -> None:
         """Mark the turn ``failed`` for good (no more deliveries). Fenced."""
+        self.end_turn(lease, TurnStatus.FAILED, result=None, error=error)
+
+    @abc.abstractmethod
+    def end_turn(
+        self, lease: Lease, status: TurnStatus, result: str | None, error: str | None
+    ) -> None:
+        """The backend's part of :meth:`complete_turn` and :meth:`fail_turn`: the turn
+        ends in ``status`` (``done`` or ``failed``), keeping its earlier result or error
+        where ``result`` or ``error`` is None, and leaves the queue. Fenced."""
 
     def wait_for_work(self, timeout: float) -> None:
         """Block until a turn may have become claimable, or ``timeout`` seconds passed.
@@ -186,6 +206,20 @@ class Queue(abc.ABC):
         """The payload of signal ``name`` for the turn, or None if it has not arrived."""
 
 
+OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
+"""The statuses :meth:`JournalStore.finish_step` records."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What :meth:`JournalStore.finish_step` records over a step's intent."""
+
+    status: StepStatus
+    output: str | None
+    output_blob: str | None
+    meta: dict[str, Any]
+
+
 class JournalStore(abc.ABC):
     """A turn's steps: intents and outcomes, fenced by the lease epoch (invariants 1-3)."""
 
@@ -204,7 +238,6 @@ class JournalStore(abc.ABC):
         attempt count. Only for steps still in status ``intent``. ``started_at`` keeps
         the first start (a wait's deadline is measured from it)."""
 
-    @abc.abstractmethod
     def finish_step(
         self,
         turn_id: str,
@@ -216,8 +249,18 @@ class JournalStore(abc.ABC):
         meta: dict[str, Any],
     ) -> None:
         """Record the outcome of a step in status ``intent`` (fenced). ``status`` is
-        ``done`` or ``possibly_ran``. A step that already has an outcome raises
+        ``done`` or ``possibly_ran`` (anything else is a :class:`WorldError` here, before
+        the backend is asked). A step that already has an outcome raises
         :class:`StepConflict`."""
+        if status not in OUTCOMES:
+            raise WorldError(f"finish_step records done or possibly_ran, got {status}")
+        self.record_outcome(turn_id, seq, epoch, Outcome(status, output, output_blob, meta))
+
+    @abc.abstractmethod
+    def record_outcome(self, turn_id: str, seq: int, epoch: int, outcome: Outcome) -> None:
+        """The backend's part of :meth:`finish_step`: write ``outcome`` (its status already
+        checked) over step ``seq``'s intent, fenced by ``epoch``; ``outcome.meta`` is merged
+        into the intent's meta, so what the intent recorded stays visible to ``show``."""
 
 
 class Doctor(abc.ABC):
@@ -229,7 +272,7 @@ class Doctor(abc.ABC):
         failed check: it reports it with what to do."""
 
 
-class World(BlobStore, Catalog, Queue, JournalStore, Doctor):
+class World(BlobStore, Catalog, Queue, JournalStore, Doctor, Closing):
     """Storage and queue for turns: every facet. See the module docstring for the contract."""
 
     def doctor(self) -> list[Check]:
@@ -252,13 +295,21 @@ class World(BlobStore, Catalog, Queue, JournalStore, Doctor):
     def close(self) -> None:  # optional: a backend without resources keeps this one
         """Release connections and files."""
 
-    def __enter__(self) -> World:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+Migration = tuple[str, tuple[str, ...]]
+"""A named schema migration: its name and its statements, run in order."""
+
+
+def apply_migrations(
+    migrations: Sequence[Migration], current: int, execute: Callable[..., object], record: str
+) -> None:
+    """Run the append-only ``migrations`` after version ``current`` (a migration's version
+    is its 1-based position), each followed by ``execute(record, (version, name, now))``,
+    the statement that records it in the backend's ``schema_version`` table. The caller
+    holds the transaction and the lock that make two processes migrate once."""
+    for version, (name, statements) in enumerate(migrations, start=1):
+        if version <= current:
+            continue
+        for statement in statements:
+            execute(statement)
+        execute(record, (version, name, time.time()))

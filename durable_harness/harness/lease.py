@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from types import TracebackType
+from typing import Self
 
+from durable_harness.core.closing import Closing
 from durable_harness.core.errors import LeaseLost, WorldError
 from durable_harness.core.types import Lease
 from durable_harness.core.world import Queue
@@ -20,7 +21,7 @@ from durable_harness.core.world import Queue
 log = logging.getLogger(__name__)
 
 
-class LeaseKeeper:
+class LeaseKeeper(Closing):
     def __init__(self, world: Queue, lease: Lease, lease_seconds: float) -> None:
         self.world = world
         self.lease = lease
@@ -31,16 +32,12 @@ class LeaseKeeper:
             target=self._loop, name=f"lease-{lease.turn_id}", daemon=True
         )
 
-    def __enter__(self) -> LeaseKeeper:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Stop renewing (``with`` calls it on the way out)."""
         self._stop.set()
         self._thread.join(timeout=self.lease_seconds)
 

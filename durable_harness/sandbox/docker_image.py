@@ -45,6 +45,10 @@ __all__ = [
     "sandbox_checks",
 ]
 
+#: The labels a sandbox's container and volumes are found by (the container is
+#: ``durable-harness.session=<id>``, every sandbox object ``durable-harness.managed=1``).
+LABEL_SESSION = "durable-harness.session"
+LABEL_MANAGED = "durable-harness.managed"
 IMAGE_REPOSITORY = "durable-harness/agent"
 BASE_REPOSITORY = "durable-harness/base"
 CONTEXT_LABEL = "durable-harness.context"
@@ -100,10 +104,8 @@ def connect(docker_host: str | None = None) -> Any:
         )
         client.ping()
     except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
-        from durable_harness.sandbox.docker import _reason
-
         raise SandboxUnavailable(
-            f"Docker is not reachable at {where} ({_reason(exc)}): start the Docker daemon "
+            f"Docker is not reachable at {where} ({reason(exc)}): start the Docker daemon "
             "or point DOCKER_HOST at it"
         ) from exc
     return client
@@ -115,6 +117,20 @@ class BuildResult:
     seconds: float
     size: int
     cached: bool
+
+
+def reason(exc: BaseException) -> str:
+    """The innermost OS-level reason of a connection failure, for a one-line message."""
+    seen: BaseException | None = exc
+    found = ""
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            found = seen.strerror
+        for arg in getattr(seen, "args", ()):
+            if isinstance(arg, OSError) and arg.strerror:
+                found = arg.strerror
+        seen = seen.__cause__ or seen.__context__
+    return found or type(exc).__name__
 
 
 def _run(command: list[str], say: Say, **kwargs: Any) -> None:
@@ -331,8 +347,6 @@ def _docker_build(
 
 def list_sandboxes(docker_host: str | None = None) -> list[dict[str, str]]:
     """The sandbox containers on this Docker host: session, status, creation time."""
-    from durable_harness.sandbox.docker import LABEL_MANAGED, LABEL_SESSION
-
     client = connect(docker_host)
     try:
         found = client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
@@ -352,8 +366,6 @@ def list_sandboxes(docker_host: str | None = None) -> list[dict[str, str]]:
 def remove_sandbox(session_id: str, docker_host: str | None = None) -> int:
     """Remove a session's container and volumes; return how many objects went."""
     import docker.errors
-
-    from durable_harness.sandbox.docker import LABEL_SESSION
 
     client = connect(docker_host)
     removed = 0

@@ -27,6 +27,11 @@ would bill). Every
 answered request except ``/_fake/stats`` is logged, and the log line is written and flushed
 before the first byte of the response, so a client killed mid-stream is still counted.
 Any API key is accepted; the log records whether one was sent.
+
+Beside this module: :mod:`~durable_harness.testing.fake_model_http` (the request handler),
+:mod:`~durable_harness.testing.fake_model_answers` (the answers and the table of APIs),
+:mod:`~durable_harness.testing.fake_model_script` (the script's rules). This module holds
+the server (its counters and log) and the command line.
 """
 
 from __future__ import annotations
@@ -34,48 +39,36 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import IO, Any
-from urllib.parse import urlsplit
+from types import FrameType
+from typing import IO, Any, Self
 
-from durable_harness.adapters.proxy.sse import sse_frame, stream_events
-from durable_harness.adapters.proxy.wire.chat import DONE_FRAME, chat_frame, completion_chunks
-from durable_harness.adapters.proxy.wire.responses import response_events
+from durable_harness.adapters.proxy.sse import stream_events
 from durable_harness.core.canonical import dumps_compact
+from durable_harness.core.closing import Closing
 from durable_harness.core.errors import ConfigError
-from durable_harness.harness.httpio import BodyCut, read_body
-from durable_harness.testing.fake_model_chat import (
-    CHAT_PATH,
-    build_completion,
-    chat_request_hash,
-    chat_view,
+from durable_harness.testing.fake_model_answers import (
+    BILLED_PATHS,
+    CHAT,
+    MESSAGES,
+    RESPONSES,
+    Answer,
+    Api,
+    error_message,
+    parse_request,
 )
-from durable_harness.testing.fake_model_responses import (
-    RESPONSES_PATH,
-    build_response,
-    response_error_body,
-    responses_request_hash,
-    responses_view,
-)
+from durable_harness.testing.fake_model_http import FakeHTTPServer, FakeModelHandler
 from durable_harness.testing.fake_model_script import (
     RequestView,
-    Rule,
     Script,
     build_message,
     canonical_request,
-    error_body,
     load_script,
     parse_script,
-    request_hash,
 )
 
 __all__ = [
@@ -89,33 +82,10 @@ __all__ = [
     "stream_events",
 ]
 
-log = logging.getLogger(__name__)
-
 _LOGGED_TEXT = 500  # the log keeps the start of the last user text, enough to recognise it
-_BILLED_PATHS = ("/v1/messages", RESPONSES_PATH, CHAT_PATH)
 
 
-@dataclass
-class _Answer:
-    """Everything the handler needs to log a request and then send its response."""
-
-    status: int
-    path: str
-    body: bytes = b""  # JSON body, when not streaming
-    events: list[bytes] | None = None  # SSE frames, when streaming
-    stream: bool = False
-    rule: str | None = None
-    request_hash: str | None = None
-    last_user_text: str = ""
-    delay_s: float = 0.0
-    chunk_delay_s: float = 0.0
-    stream_fault: str | None = None
-    fault_after: int = 0
-    request_key: str | None = None  # the X-Durable-Harness-Key header of a journaling proxy
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class FakeModelServer:
+class FakeModelServer(Closing):
     """The fake model on ``127.0.0.1``; ``port=0`` picks a free port (see :attr:`url`).
 
     The socket is bound on construction, so :attr:`url` is known before :meth:`start`.
@@ -140,7 +110,7 @@ class FakeModelServer:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         try:
-            self._httpd = _HTTPServer((host, port), _Handler)
+            self._httpd = FakeHTTPServer((host, port), FakeModelHandler)
         except OSError as exc:
             raise ConfigError(
                 f"fake model cannot listen on {host}:{port}: {exc.strerror}; pick another --port"
@@ -202,6 +172,10 @@ class FakeModelServer:
             pass
         self.stop()
 
+    def stopping_within(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` (a scripted delay); True if the server began stopping."""
+        return self._stopping.wait(seconds)
+
     def request_stop(self) -> None:
         """Ask :meth:`serve_forever` to return; only sets a flag, so signal-handler safe."""
         self._stopping.set()
@@ -219,42 +193,39 @@ class FakeModelServer:
                 self._log_file.close()
                 self._log_file = None
 
-    def __enter__(self) -> FakeModelServer:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """:meth:`stop` (``with`` calls it on the way out)."""
         self.stop()
 
     # --- answering ----------------------------------------------------------------------
 
-    def answer_messages(self, body: bytes) -> _Answer:
+    def answer_messages(self, body: bytes) -> Answer:
         """Answer a ``POST /v1/messages`` body (a pure function of the body and script)."""
-        return self._answer(body, _MESSAGES)
+        return self._answer(body, MESSAGES)
 
-    def answer_responses(self, body: bytes) -> _Answer:
+    def answer_responses(self, body: bytes) -> Answer:
         """Answer a ``POST /v1/responses`` body from the same rules (a pure function)."""
-        return self._answer(body, _RESPONSES)
+        return self._answer(body, RESPONSES)
 
-    def answer_chat(self, body: bytes) -> _Answer:
+    def answer_chat(self, body: bytes) -> Answer:
         """Answer a ``POST /v1/chat/completions`` body from the same rules (a pure function)."""
-        return self._answer(body, _CHAT)
+        return self._answer(body, CHAT)
 
-    def _answer(self, body: bytes, api: _Api) -> _Answer:
-        request = _parse_request(body, api.required)
-        if isinstance(request, _Answer):
+    def _answer(self, body: bytes, api: Api) -> Answer:
+        request = parse_request(body, api.required)
+        if isinstance(request, Answer):
             request.path = api.path
             # The parse error, in this API's shape.
-            request.body = api.error_body("invalid_request_error", _error_message(request))
+            request.body = api.error_body("invalid_request_error", error_message(request))
             return request
         stream = request.get("stream") is True
         view = api.view(request)
         digest = api.request_hash(request)
-        answer = _Answer(
+        answer = Answer(
             status=200,
             path=api.path,
             stream=stream,
@@ -288,13 +259,13 @@ class FakeModelServer:
         answer.fault_after = rule.reply.fault_after
         return answer
 
-    def answer_count_tokens(self, body: bytes) -> _Answer:
-        request = _parse_request(body)
-        if isinstance(request, _Answer):
+    def answer_count_tokens(self, body: bytes) -> Answer:
+        request = parse_request(body)
+        if isinstance(request, Answer):
             request.path = "/v1/messages/count_tokens"
             return request
         canonical = canonical_request(request)
-        return _Answer(
+        return Answer(
             status=200,
             path="/v1/messages/count_tokens",
             body=dumps_compact({"input_tokens": max(1, len(canonical) // 4)}),
@@ -302,10 +273,10 @@ class FakeModelServer:
             last_user_text=RequestView.of(request).last_user_text,
         )
 
-    def record(self, answer: _Answer, api_key_sent: bool) -> None:
+    def record(self, answer: Answer, api_key_sent: bool) -> None:
         """Count and log ``answer`` (before it is sent: see the module contract)."""
         with self._lock:
-            if answer.path in _BILLED_PATHS:
+            if answer.path in BILLED_PATHS:
                 self._requests += 1
                 if answer.rule is not None:
                     self._by_rule[answer.rule] = self._by_rule.get(answer.rule, 0) + 1
@@ -330,227 +301,6 @@ class FakeModelServer:
             }
             self._log_file.write(json.dumps(line, ensure_ascii=False) + "\n")
             self._log_file.flush()
-
-
-@dataclass(frozen=True)
-class _Api:
-    """What differs between the APIs the fake model speaks; the rules are shared."""
-
-    path: str
-    required: str  # the request field that must be there ("messages" or "input")
-    view: Callable[[dict[str, Any]], RequestView]
-    request_hash: Callable[[dict[str, Any]], str]
-    id_header: str
-    error_body: Callable[[str, str], bytes]
-    build: Callable[[dict[str, Any], Rule, str], dict[str, Any]]
-    frames: Callable[[dict[str, Any], dict[str, Any]], list[bytes]]
-
-
-def _chat_frames(completion: dict[str, Any], request: dict[str, Any]) -> list[bytes]:
-    options = request.get("stream_options")
-    usage = isinstance(options, dict) and options.get("include_usage") is True
-    return [chat_frame(chunk) for chunk in completion_chunks(completion, usage)] + [DONE_FRAME]
-
-
-_MESSAGES = _Api(
-    path="/v1/messages",
-    required="messages",
-    view=RequestView.of,
-    request_hash=request_hash,
-    id_header="request-id",
-    error_body=error_body,
-    build=lambda request, rule, _digest: build_message(request, rule),
-    frames=lambda message, _request: [sse_frame(e, d) for e, d in stream_events(message)],
-)
-_RESPONSES = _Api(
-    path=RESPONSES_PATH,
-    required="input",
-    view=responses_view,
-    request_hash=responses_request_hash,
-    id_header="x-request-id",
-    error_body=response_error_body,
-    build=build_response,
-    frames=lambda response, _request: [sse_frame(e, d) for e, d in response_events(response)],
-)
-_CHAT = _Api(
-    path=CHAT_PATH,
-    required="messages",
-    view=chat_view,
-    request_hash=chat_request_hash,
-    id_header="x-request-id",
-    error_body=response_error_body,
-    build=build_completion,
-    frames=_chat_frames,
-)
-
-
-def _parse_request(body: bytes, required: str = "messages") -> dict[str, Any] | _Answer:
-    """The request as a dict, or a 400 answer saying what is wrong with it."""
-    try:
-        request = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problem = f"request body is not valid JSON: {exc}"
-    else:
-        if not isinstance(request, dict):
-            problem = "request body must be a JSON object"
-        elif required == "messages" and not isinstance(request.get("messages"), list):
-            problem = "messages: Field required (a list of messages)"
-        elif required == "input" and not isinstance(request.get("input"), list | str):
-            problem = "input: Field required (a string or a list of items)"
-        else:
-            return request
-    return _Answer(status=400, path="", body=error_body("invalid_request_error", problem))
-
-
-def _error_message(answer: _Answer) -> str:
-    return str(json.loads(answer.body)["error"]["message"])
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: FakeModelServer
-
-
-class _Handler(BaseHTTPRequestHandler):
-    # HTTP/1.1 so clients keep connections alive and streams use chunked encoding, as
-    # Anthropic's do; every response therefore sets Content-Length or is chunked.
-    protocol_version = "HTTP/1.1"
-    server_version = "durable-harness-fake-model"
-    # Each event is its own small write, as a provider streams it; with Nagle's algorithm
-    # on, a write could wait for the client's delayed ACK (40 ms on Linux).
-    disable_nagle_algorithm = True
-
-    @property
-    def fake(self) -> FakeModelServer:
-        server = self.server
-        assert isinstance(server, _HTTPServer)
-        return server.fake
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def do_GET(self) -> None:
-        path = urlsplit(self.path).path
-        if path == "/_fake/stats":
-            self._send_json(200, dumps_compact(self.fake.stats()), {})
-        else:
-            self._not_found(path)
-
-    def do_POST(self) -> None:
-        path = urlsplit(self.path).path
-        try:
-            body = self._read_body()
-        except BodyCut as exc:
-            # Half a request from a client that is gone: not a request, so not logged.
-            log.debug("%s: %s", path, exc)
-            return
-        if body is None:
-            answer = _Answer(
-                status=413,
-                path=path,
-                body=error_body("request_too_large", "request body is too large"),
-            )
-        elif path == "/v1/messages":
-            answer = self.fake.answer_messages(body)
-        elif path == "/v1/messages/count_tokens":
-            answer = self.fake.answer_count_tokens(body)
-        elif path == RESPONSES_PATH:
-            answer = self.fake.answer_responses(body)
-        elif path == CHAT_PATH:
-            answer = self.fake.answer_chat(body)
-        else:
-            self._not_found(path)
-            return
-        self._respond(answer)
-
-    def do_PUT(self) -> None:
-        # Read the body anyway: the connection stays alive for the client's next request.
-        try:
-            if self._read_body() is None:
-                self.close_connection = True
-        except BodyCut:
-            return
-        self._not_found(urlsplit(self.path).path)
-
-    do_DELETE = do_PATCH = do_PUT
-
-    def _not_found(self, path: str) -> None:
-        answer = _Answer(
-            status=404,
-            path=path,
-            body=error_body("not_found_error", f"fake model: no route for {self.command} {path}"),
-        )
-        self._respond(answer)
-
-    def _read_body(self) -> bytes | None:
-        return read_body(self)
-
-    def _respond(self, answer: _Answer) -> None:
-        api_key_sent = bool(self.headers.get("x-api-key") or self.headers.get("Authorization"))
-        answer.request_key = self.headers.get("X-Durable-Harness-Key")
-        self.fake.record(answer, api_key_sent)
-        if answer.delay_s and self.fake._stopping.wait(answer.delay_s):
-            self.close_connection = True
-            return
-        try:
-            if answer.events is not None and answer.status == 200:
-                self._send_stream(answer)
-            elif answer.stream_fault is not None and answer.status == 200:
-                self._send_broken_json(answer)
-            else:
-                self._send_json(answer.status, answer.body, answer.headers)
-        except (BrokenPipeError, ConnectionResetError):
-            # The client went away (a test killing it mid-stream): nothing left to do.
-            self.close_connection = True
-
-    def _send_json(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _send_broken_json(self, answer: _Answer) -> None:
-        """A JSON reply cut in half: malformed (the connection stays), or dropped."""
-        half = answer.body[: len(answer.body) // 2]
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        full = answer.stream_fault == "drop"  # promise the whole body, then hang up
-        self.send_header("Content-Length", str(len(answer.body) if full else len(half)))
-        self.end_headers()
-        self.wfile.write(half)
-        self.wfile.flush()
-        if full:
-            self.close_connection = True
-
-    def _send_stream(self, answer: _Answer) -> None:
-        assert answer.events is not None
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        for name, value in answer.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        for number, frame in enumerate(answer.events):
-            if answer.stream_fault is not None and number == answer.fault_after:
-                if answer.stream_fault == "drop":
-                    self.close_connection = True  # no end of stream: a provider dying mid-way
-                    return
-                frame = b"event: content_block_delta\ndata: {not json\n\n"
-                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(frame), frame))
-                self.wfile.flush()
-                return
-            if number and answer.chunk_delay_s and self.fake._stopping.wait(answer.chunk_delay_s):
-                # Shutting down: drop the connection as a dying provider would.
-                self.close_connection = True
-                return
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
 
 
 # --- Command line -------------------------------------------------------------------------

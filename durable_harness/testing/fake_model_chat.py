@@ -29,7 +29,12 @@ import json
 from typing import Any
 
 from durable_harness.adapters.proxy.wire.chat import as_messages_request
-from durable_harness.testing.fake_model_script import RequestView, Rule, canonical_json
+from durable_harness.testing.fake_model_script import (
+    RequestView,
+    Rule,
+    canonical_json,
+    stable_digest,
+)
 
 __all__ = [
     "CHAT_PATH",
@@ -49,8 +54,7 @@ def chat_view(request: dict[str, Any]) -> RequestView:
 
 def chat_request_hash(request: dict[str, Any]) -> str:
     """sha256 of the request without what changes between two sends of one question."""
-    stable = {k: v for k, v in request.items() if k not in _VOLATILE_FIELDS}
-    return hashlib.sha256(canonical_json(stable).encode("utf-8")).hexdigest()
+    return stable_digest(request, _VOLATILE_FIELDS)
 
 
 def build_completion(request: dict[str, Any], rule: Rule, digest: str) -> dict[str, Any]:

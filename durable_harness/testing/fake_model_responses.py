@@ -26,7 +26,12 @@ from typing import Any
 
 from durable_harness.adapters.proxy.wire.responses import as_messages_request
 from durable_harness.core.canonical import dumps_compact
-from durable_harness.testing.fake_model_script import RequestView, Rule, canonical_json
+from durable_harness.testing.fake_model_script import (
+    RequestView,
+    Rule,
+    canonical_json,
+    stable_digest,
+)
 
 __all__ = [
     "build_response",
@@ -45,13 +50,15 @@ def responses_view(request: dict[str, Any]) -> RequestView:
 
 def responses_request_hash(request: dict[str, Any]) -> str:
     """sha256 of the request without what changes between two sends of one question."""
-    stable = {k: v for k, v in request.items() if k not in _VOLATILE_FIELDS}
-    if isinstance(stable.get("input"), list):
-        stable["input"] = [
-            {k: v for k, v in item.items() if k != "id"} if isinstance(item, dict) else item
-            for item in stable["input"]
-        ]
-    return hashlib.sha256(canonical_json(stable).encode("utf-8")).hexdigest()
+    if isinstance(request.get("input"), list):
+        request = {
+            **request,
+            "input": [
+                {k: v for k, v in item.items() if k != "id"} if isinstance(item, dict) else item
+                for item in request["input"]
+            ],
+        }
+    return stable_digest(request, _VOLATILE_FIELDS)
 
 
 def build_response(request: dict[str, Any], rule: Rule, digest: str) -> dict[str, Any]:

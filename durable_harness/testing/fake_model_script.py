@@ -367,6 +367,13 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def stable_digest(request: dict[str, Any], volatile: tuple[str, ...]) -> str:
+    """sha256 hex of ``request`` without its ``volatile`` fields: what changes between two
+    sends of one question (the OpenAI APIs' request hash)."""
+    stable = {k: v for k, v in request.items() if k not in volatile}
+    return hashlib.sha256(canonical_json(stable).encode("utf-8")).hexdigest()
+
+
 def request_hash(request: dict[str, Any]) -> str:
     """sha256 hex of :func:`canonical_request`: the seed of every id in the reply."""
     return hashlib.sha256(canonical_request(request).encode("utf-8")).hexdigest()

@@ -18,8 +18,7 @@ from support import FIXTURES, Harness, make_harness
 from durable_harness.core.settings import Settings
 from durable_harness.core.types import TurnStatus
 from durable_harness.runtime.turns import start_turn, turn_config
-from durable_harness.worlds import postgres_sql as sql
-from durable_harness.worlds.postgres import PostgresWorld
+from durable_harness.worlds.postgres import PostgresWorld, sql
 
 SLOW_TOOLS = f"{FIXTURES / 'slow_tools.py'}:TOOLS"
 

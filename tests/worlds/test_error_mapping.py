@@ -165,7 +165,7 @@ def test_postgres_cannot_connect(
     advice: tuple[str, ...],
 ) -> None:
     exc = raised(lambda: open_world(make_url(postgres)))
-    # postgres_schema.connect raises these "from None".
+    # postgres.schema.connect raises these "from None".
     assert_mapped(exc, kind, None, *advice)
 
 

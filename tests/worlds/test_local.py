@@ -54,7 +54,7 @@ def test_bad_turn_config_is_corrupt_journal(tmp_path: Path) -> None:
 def test_database_settings(tmp_path: Path) -> None:
     world = LocalWorld(tmp_path)
     with world:
-        conn = world._connection()
+        conn = world._db.connection()
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1

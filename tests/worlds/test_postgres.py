@@ -24,7 +24,7 @@ from durable_harness.core.errors import (
 from durable_harness.core.types import Lease, Step, StepStatus, TurnStatus
 from durable_harness.worlds import open_world, postgres
 from durable_harness.worlds.postgres import PostgresWorld
-from durable_harness.worlds.postgres_schema import MIGRATIONS
+from durable_harness.worlds.postgres.schema import MIGRATIONS
 
 
 @pytest.fixture
@@ -290,7 +290,7 @@ def test_every_operation_reconnects_after_a_server_restart() -> None:
 def test_an_outage_longer_than_the_retry_window_is_a_world_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(postgres, "RECONNECT_SECONDS", 1.0)
+    monkeypatch.setattr(postgres.connections, "RECONNECT_SECONDS", 1.0)
     pg = PostgresServer().start()
     try:
         world = PostgresWorld(pg.url())
@@ -310,7 +310,7 @@ class LoseReplyOnce:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, statement: str) -> None:
         self.statement = statement
         self.lost = 0
-        real = postgres._one
+        real = postgres.connections.one_row
 
         def one(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
             row = real(conn, query, params)
@@ -319,7 +319,7 @@ class LoseReplyOnce:
                 raise psycopg.OperationalError("server closed the connection unexpectedly")
             return row
 
-        monkeypatch.setattr(postgres, "_one", one)
+        monkeypatch.setattr(postgres.connections, "one_row", one)
 
 
 def test_a_retried_intent_whose_first_try_committed_is_not_a_conflict(

@@ -26,9 +26,10 @@ from support import DEMO, DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, ids_of, make_harn
 from durable_harness.core.errors import ConfigError, CorruptJournal, LeaseLost, StepConflict
 from durable_harness.core.types import Lease, Step, StepStatus, TurnStatus
 from durable_harness.harness.crash import CRASH_EXIT_CODE
-from durable_harness.worlds import _s3_store, open_world
-from durable_harness.worlds._s3_journal import key_digest
+from durable_harness.worlds import open_world
 from durable_harness.worlds.s3sqs import S3SqsWorld
+from durable_harness.worlds.s3sqs import store as _s3_store
+from durable_harness.worlds.s3sqs.journal import key_digest
 
 S3_SERVERS = ["moto", "seaweedfs"]
 
@@ -304,10 +305,10 @@ def test_a_message_without_a_turn_is_kept_a_while_then_deleted(
 ) -> None:
     world = opened()
     world._queue.send("t-never-created", "s1", "token")
-    monkeypatch.setattr("durable_harness.worlds.s3sqs.ORPHAN_RECHECK", 0.0)
+    monkeypatch.setattr("durable_harness.worlds.s3sqs.queue.ORPHAN_RECHECK", 0.0)
     assert world.claim("w", 30) is None  # its create_turn may still be writing the turn
     assert queue_depth(world) == 1
-    monkeypatch.setattr("durable_harness.worlds.s3sqs.ORPHAN_GRACE", 0.0)
+    monkeypatch.setattr("durable_harness.worlds.s3sqs.queue.ORPHAN_GRACE", 0.0)
     assert world.claim("w", 30) is None
     assert queue_depth(world) == 0
 

@@ -27,24 +27,27 @@ Contract, on top of :mod:`durable_harness.core.sandbox`:
   step boundaries (only changed files are copied out of the container, and the World
   stores each content once) and restores it when the volume was lost with its machine
   (:func:`durable_harness.harness.workspace.restore_workspace`).
-* **Detached jobs** (``sandbox.jobs``, :mod:`durable_harness.sandbox.docker_jobs`) run a
+* **Detached jobs** (``sandbox.jobs``, :mod:`.jobs`) run a
   command that survives the worker; a new worker finds it by session and job id and
   follows it.
 * Docker's own errors never escape: an unreachable daemon, a missing image or a container
   that vanished mid-turn raise :class:`SandboxUnavailable` (the worker retries the turn);
   everything the agent caused raises :class:`SandboxError`.
+
+The container's lifecycle and bash are here; the facets beside it: :mod:`.files` (read,
+write), :mod:`.state` (export and import of the workspace, the snapshot mark),
+:mod:`.jobs` (detached jobs), over :mod:`.exec` (commands over Docker's exec API) and
+:mod:`.scripts` (the shell scripts they run). Building the image, listing and removing
+sandboxes: :mod:`durable_harness.sandbox.docker_image` (importable without the SDK).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
-import posixpath
 import re
 import secrets
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -55,16 +58,17 @@ import docker.errors
 import requests
 
 from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
-from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult, check_state_paths
-from durable_harness.sandbox import docker_exec
-from durable_harness.sandbox import docker_scripts as sh
-from durable_harness.sandbox.docker_image import default_image
-from durable_harness.sandbox.docker_jobs import DetachedJobs
+from durable_harness.core.sandbox import Sandbox, ShellResult
+from durable_harness.sandbox.docker import exec as docker_exec
+from durable_harness.sandbox.docker import scripts as sh
+from durable_harness.sandbox.docker.exec import text
+from durable_harness.sandbox.docker.files import DockerFiles
+from durable_harness.sandbox.docker.jobs import DetachedJobs
+from durable_harness.sandbox.docker.state import DockerState
+from durable_harness.sandbox.docker_image import LABEL_MANAGED, LABEL_SESSION, default_image, reason
 
 __all__ = ["LABEL_MANAGED", "LABEL_SESSION", "RUN_DIR", "DockerSandbox", "host_run_dir"]
 
-LABEL_SESSION = "durable-harness.session"
-LABEL_MANAGED = "durable-harness.managed"
 USER = "1000:1000"
 _TIMEOUT_EXIT_CODE = 124  # GNU timeout's, so agents recognise it
 _SIGKILL_EXIT_CODE = 137
@@ -110,21 +114,7 @@ def _make_run_dir(path: str) -> None:
             )
 
 
-def _reason(exc: BaseException) -> str:
-    """The innermost OS-level reason of a connection failure, for a one-line message."""
-    seen: BaseException | None = exc
-    reason = ""
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.strerror:
-            reason = seen.strerror
-        for arg in getattr(seen, "args", ()):
-            if isinstance(arg, OSError) and arg.strerror:
-                reason = arg.strerror
-        seen = seen.__cause__ or seen.__context__
-    return reason or type(exc).__name__
-
-
-class DockerSandbox(Sandbox):
+class DockerSandbox(DockerFiles, DockerState, Sandbox):
     """The session's container (created lazily, on the first operation).
 
     ``session_id`` None makes a throwaway container, removed by :meth:`close`. Limits
@@ -170,7 +160,7 @@ class DockerSandbox(Sandbox):
         self.run_dir = host_run_dir(self.session_id)
         self._container_id: str | None = None
         self._mark: str | None = None  # the mark as last read or written by this process
-        self.jobs = DetachedJobs(self)  # commands that outlive the worker: docker_jobs.py
+        self.jobs = DetachedJobs(self)  # commands that outlive the worker: jobs.py
         # path -> (size, mtime, content) as last copied out, so export_state copies only
         # the files that changed since.
         self._cache: dict[str, tuple[int, str, bytes]] = {}
@@ -187,7 +177,7 @@ class DockerSandbox(Sandbox):
             self.client.ping()
         except _BACKEND_ERRORS as exc:
             raise SandboxUnavailable(
-                f"Docker is not reachable at {self.docker_host} ({_reason(exc)}): start the "
+                f"Docker is not reachable at {self.docker_host} ({reason(exc)}): start the "
                 "Docker daemon or point DOCKER_HOST at it (`durable-harness doctor` checks)"
             ) from exc
         try:
@@ -361,62 +351,6 @@ class DockerSandbox(Sandbox):
         finally:
             self.client.close()
 
-    # -- files -----------------------------------------------------------------------
-
-    def _path(self, path: str) -> str:
-        if not path or "\x00" in path:
-            raise SandboxError(f"invalid path {path!r}")
-        joined = path if path.startswith("/") else f"{sh.WORKSPACE}/{path}"
-        full = "/" + posixpath.normpath(joined).lstrip("/")
-        if full != sh.WORKSPACE and not full.startswith(sh.WORKSPACE + "/"):
-            raise SandboxError(
-                f"path {path!r} is outside the workspace {sh.WORKSPACE}; use a path relative to it"
-            )
-        return full
-
-    def _file_error(self, op: str, path: str, result: docker_exec.ExecResult) -> SandboxError:
-        code = result.exit_code
-        if code == sh.NOT_FOUND:
-            return SandboxError(f"{op}: no such file: {path}")
-        if code == sh.OUTSIDE:
-            return SandboxError(f"{op}: {path} leads outside the workspace {sh.WORKSPACE}")
-        if code == sh.NOT_A_FILE:
-            return SandboxError(f"{op}: {path} is a directory or not a regular file")
-        detail = _text(result.stderr).strip() or f"exit code {code}"
-        return SandboxError(f"{op}: {path}: {detail}")
-
-    def read(self, path: str) -> str:
-        """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
-        full = self._path(path)
-        result = self.exec(sh.READ, full, max_output=1 << 30)
-        if result.exit_code != 0:
-            raise self._file_error("read", path, result)
-        return _text(result.stdout)
-
-    def write(self, path: str, content: str) -> None:
-        """Create or replace the file (and its parent directories) with ``content``."""
-        full = self._path(path)
-        result = self.exec(sh.WRITE, full, stdin=content.encode("utf-8"))
-        if result.exit_code != 0:
-            raise self._file_error("write", path, result)
-
-    def read_bytes(self, path: str) -> bytes | None:
-        """The bytes of a container file under ``/workspace``, ``/home/agent`` or ``/tmp``
-        (for a CLI's session record), or None if there is none."""
-        result = self.exec(sh.READ_ANY, path, max_output=1 << 31)
-        if result.exit_code == sh.NOT_FOUND:
-            return None
-        if result.exit_code != 0:
-            raise self._file_error("read", path, result)
-        return result.stdout
-
-    def write_bytes(self, path: str, data: bytes) -> None:
-        """Create or replace a container file under ``/workspace``, ``/home/agent`` or
-        ``/tmp`` (restoring a CLI's session record), as the agent user."""
-        result = self.exec(sh.WRITE_ANY, path, stdin=data)
-        if result.exit_code != 0:
-            raise self._file_error("write", path, result)
-
     # -- shell -----------------------------------------------------------------------
 
     def bash(self, command: str, timeout: float | None = None) -> ShellResult:
@@ -435,8 +369,8 @@ class DockerSandbox(Sandbox):
             environment={"__DH_OUTER": sh.BASH, "__DH_INNER": sh.INNER},
         )
         elapsed = time.monotonic() - started
-        stdout = _text(result.stdout)
-        stderr, pid_hits, oom_kills = _split_report(_text(result.stderr), token)
+        stdout = text(result.stdout)
+        stderr, pid_hits, oom_kills = _split_report(text(result.stderr), token)
         note = f"bash: timed out after {limit:g}s; the command was stopped\n"
         if result.timed_out:  # the container did not answer in time
             return ShellResult(_TIMEOUT_EXIT_CODE, stdout, stderr + note, timed_out=True)
@@ -454,90 +388,6 @@ class DockerSandbox(Sandbox):
         if code == _TIMEOUT_EXIT_CODE or (code == _SIGKILL_EXIT_CODE and elapsed >= limit):
             return ShellResult(_TIMEOUT_EXIT_CODE, stdout, stderr + note, timed_out=True)
         return ShellResult(code, stdout, stderr)
-
-    # -- snapshots -------------------------------------------------------------------
-
-    def _listing(self) -> tuple[str, dict[str, tuple[int, str]]]:
-        """The bash tool's cwd and every regular file's (size, mtime)."""
-        result = self.exec(sh.LIST, max_output=1 << 30)
-        if result.exit_code != 0:
-            raise SandboxError(f"listing the workspace failed: {_text(result.stderr)[-500:]}")
-        cwd, *records = result.stdout.split(b"\0")
-        listing: dict[str, tuple[int, str]] = {}
-        for record in records:
-            if record:
-                size, mtime, rel = record.split(b" ", 2)
-                listing[rel.decode("utf-8", "surrogateescape")] = (int(size), mtime.decode())
-        return _text(cwd).strip() or sh.WORKSPACE, listing
-
-    def export_state(self) -> SandboxState:
-        """Every regular file under ``/workspace`` (sorted) and the bash tool's cwd.
-
-        Only files whose size or mtime changed since the last export are copied out of
-        the container. Symlinks and empty folders are not carried. SandboxError if the
-        workspace holds more than ``max_snapshot_bytes``.
-        """
-        cwd, listing = self._listing()
-        total = sum(size for size, _ in listing.values())
-        if total > self.max_snapshot_bytes:
-            raise SandboxError(
-                f"the workspace holds {total:,} bytes, more than a snapshot may "
-                f"({self.max_snapshot_bytes:,}); remove build outputs or raise max_snapshot_bytes"
-            )
-        changed = [p for p, stat in listing.items() if self._cache.get(p, (0, "", b""))[:2] != stat]
-        if changed:
-            names = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in changed)
-            size = sum(listing[p][0] for p in changed)
-            result = self.exec(
-                sh.EXPORT, stdin=names, max_output=2 * size + 1024 * (len(changed) + 4) + (1 << 20)
-            )
-            with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as archive:
-                for member in archive:
-                    handle = archive.extractfile(member) if member.isfile() else None
-                    if handle is not None and member.name in listing:
-                        self._cache[member.name] = (*listing[member.name], handle.read())
-        self._cache = {p: v for p, v in self._cache.items() if p in listing}
-        files = {p: self._cache[p][2] for p in sorted(self._cache)}
-        return SandboxState(files=files, cwd=cwd)
-
-    def import_state(self, state: SandboxState) -> None:
-        """Replace the workspace's files with ``state`` and set the bash tool's cwd;
-        SandboxError (and no change) for a state with invalid paths."""
-        check_state_paths(state.files)
-        buffer = io.BytesIO()
-        now = time.time()
-        with tarfile.open(fileobj=buffer, mode="w") as archive:
-            for rel, data in sorted(state.files.items()):
-                info = tarfile.TarInfo(rel)
-                info.size, info.mtime, info.uid, info.gid = len(data), now, 1000, 1000
-                info.mode = 0o755 if data.startswith(b"#!") else 0o644
-                archive.addfile(info, io.BytesIO(data))
-        cwd = state.cwd if state.cwd.startswith(sh.WORKSPACE) else sh.WORKSPACE
-        result = self.exec(sh.IMPORT, posixpath.normpath(cwd), stdin=buffer.getvalue())
-        if result.exit_code != 0:
-            raise SandboxError(f"restoring the workspace failed: {_text(result.stderr)[-500:]}")
-        _cwd, listing = self._listing()
-        self._cache = {
-            p: (*listing[p], data)
-            for p, data in state.files.items()
-            if p in listing and listing[p][0] == len(data)
-        }
-
-    def snapshot_mark(self) -> str | None:
-        self._mark = _text(self.exec(sh.GET_MARK).stdout).strip() or None
-        return self._mark
-
-    def set_snapshot_mark(self, digest: str | None) -> None:
-        if digest is not None and digest == self._mark:
-            return  # unchanged workspace: the same snapshot again (one worker per turn)
-        result = self.exec(sh.SET_MARK, digest or "")
-        if result.exit_code != 0:
-            raise SandboxError(f"recording the snapshot mark failed: {_text(result.stderr)}")
-        self._mark = digest
-
-
-def _text(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace")
 
 
 def _split_report(stderr: str, token: str) -> tuple[str, int, int]:

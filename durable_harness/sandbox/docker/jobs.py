@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from durable_harness.core.errors import SandboxError
-from durable_harness.sandbox import docker_exec
-from durable_harness.sandbox import docker_scripts as sh
+from durable_harness.sandbox.docker import exec as docker_exec
+from durable_harness.sandbox.docker import scripts as sh
 
 if TYPE_CHECKING:
     from durable_harness.sandbox.docker import DockerSandbox

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from psycopg import conninfo
 
 from durable_harness.core.errors import ConfigError, DurableHarnessError, WorldError
 from durable_harness.core.types import Check
+from durable_harness.core.world import apply_migrations
 
 SCHEMA = "durable_harness"
 #: NOTIFY channel: a turn may have become claimable (created, enqueued, released).
@@ -273,16 +273,13 @@ def migrate(conn: psycopg.Connection[Any], where: Where) -> int:
             )
             current = schema_version(conn) or 0
             _refuse_newer(current, where)
-            for version, (name, statements) in enumerate(MIGRATIONS, start=1):
-                if version <= current:
-                    continue
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO durable_harness.schema_version (version, name, applied_at)"
-                    " VALUES (%s, %s, %s)",
-                    (version, name, time.time()),
-                )
+            apply_migrations(
+                MIGRATIONS,
+                current,
+                conn.execute,
+                "INSERT INTO durable_harness.schema_version (version, name, applied_at)"
+                " VALUES (%s, %s, %s)",
+            )
     except psycopg.errors.InsufficientPrivilege as exc:
         raise ConfigError(
             f"user {where.user} may not create the durable_harness schema in database "

@@ -1,6 +1,6 @@
 """The PostgreSQL World's statements, one constant each, and the decoding of their rows.
 
-Conventions that every statement here keeps (see ``postgres.py`` for why):
+Conventions that every statement here keeps (see the package docstring for why):
 
 * a fenced write names its epoch and checks it in the same statement against the turn's
   ``jobs`` row, locked ``FOR SHARE`` (or updated/deleted), never in a separate read;
@@ -11,6 +11,7 @@ Conventions that every statement here keeps (see ``postgres.py`` for why):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TypeVar
 
 from durable_harness.core.errors import CorruptJournal
@@ -112,10 +113,18 @@ WITH revived AS (
 )
 SELECT turn_id, pg_notify('durable_harness_work', '') FROM queued"""
 
+# A claim's lease: one more attempt, the next epoch, hidden for the lease (both claims).
+_TAKE_LEASE = """UPDATE durable_harness.jobs j
+SET status = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
+    lease_owner = %(owner)s,
+    lease_expires_at = durable_harness.epoch_now() + %(lease)s,
+    visible_at = durable_harness.epoch_now() + %(lease)s,
+    waiting_for = NULL"""
+
 # The oldest visible job (queued, woken, or with an expired lease), leased in the same
 # statement. A job whose deliveries are used up comes back with a NULL epoch: the caller
 # dead-letters it and claims again.
-CLAIM = """
+CLAIM = f"""
 WITH next AS (
     SELECT turn_id FROM durable_harness.jobs
     WHERE visible_at <= durable_harness.epoch_now()
@@ -123,12 +132,7 @@ WITH next AS (
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), taken AS (
-    UPDATE durable_harness.jobs j
-    SET status = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
-        lease_owner = %(owner)s,
-        lease_expires_at = durable_harness.epoch_now() + %(lease)s,
-        visible_at = durable_harness.epoch_now() + %(lease)s,
-        waiting_for = NULL
+    {_TAKE_LEASE}
     FROM next
     WHERE j.turn_id = next.turn_id AND j.attempts - j.attempt_floor < %(max)s
     RETURNING j.turn_id, j.epoch, j.attempts, j.lease_expires_at
@@ -138,13 +142,8 @@ FROM next
 JOIN durable_harness.turns t ON t.turn_id = next.turn_id
 LEFT JOIN taken ON taken.turn_id = next.turn_id"""
 
-CLAIM_TURN = """
-UPDATE durable_harness.jobs j
-SET status = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
-    lease_owner = %(owner)s,
-    lease_expires_at = durable_harness.epoch_now() + %(lease)s,
-    visible_at = durable_harness.epoch_now() + %(lease)s,
-    waiting_for = NULL
+CLAIM_TURN = f"""
+{_TAKE_LEASE}
 FROM durable_harness.turns t
 WHERE j.turn_id = %(turn_id)s AND t.turn_id = j.turn_id
   AND (%(force)s OR j.visible_at <= durable_harness.epoch_now())
@@ -338,40 +337,28 @@ def session_of(row: Row) -> Session:
 def turn_of(row: Row) -> Turn:
     where = f"turn {row['turn_id']}"
     return Turn(
-        turn_id=row["turn_id"],
-        session_id=row["session_id"],
+        **_columns(row, Turn),
         index=row["idx"],
-        prompt=row["prompt"],
         status=_enum(TurnStatus, row["status"], where),  # 'open' without a job: corrupt
         config=json_object(row["config"], where, "config"),
-        created_at=row["created_at"],
-        attempts=row["attempts"],
-        epoch=row["epoch"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        result=row["result"],
-        error=row["error"],
-        finished_at=row["finished_at"],
-        waiting_for=row["waiting_for"],
     )
 
 
 def step_of(row: Row) -> Step:
     where = f"turn {row['turn_id']} step {row['seq']}"
     return Step(
-        turn_id=row["turn_id"],
-        seq=row["seq"],
-        key=row["key"],
-        kind=row["kind"],
-        name=row["name"],
-        input_hash=row["input_hash"],
-        input=row["input"],
+        **_columns(row, Step),
         status=_enum(StepStatus, row["status"], where),
-        output=row["output"],
-        output_blob=row["output_blob"],
-        attempts=row["attempts"],
-        epoch=row["epoch"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
         meta=json_object(row["meta"], where, "meta"),
     )
+
+
+def _columns(row: Row, kind: type[Any]) -> dict[str, Any]:
+    """The row's values for the fields of dataclass ``kind`` that the row names alike,
+    less those the decoders above convert (status, config, meta)."""
+    converted = ("status", "config", "meta")
+    return {
+        f.name: row[f.name]
+        for f in dataclasses.fields(kind)
+        if f.name in row and f.name not in converted
+    }

@@ -1,6 +1,6 @@
 """S3 as a store of JSON documents with compare-and-swap: the S3+SQS World's storage layer.
 
-Package-private (``s3sqs.py`` and ``_s3_journal.py`` use it). It knows four things:
+Package-private (every module of the s3sqs World uses it). It knows four things:
 
 * **the key layout** (:class:`Layout`), one place for every object name;
 * **conditional writes**: ``put(..., if_none_match=True)`` creates only if absent,

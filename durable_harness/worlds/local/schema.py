@@ -1,6 +1,6 @@
 """The local World's SQLite schema (append-only migrations) and row decoding.
 
-Kept apart from ``local.py`` (the World's behaviour): what is stored, and how a stored row
+Kept apart from the modules beside it (the World's behaviour): what is stored, and how a stored row
 becomes a :class:`Session`, :class:`Turn` or :class:`Step` (or a :class:`CorruptJournal`
 naming the row when it cannot).
 """

@@ -1,6 +1,6 @@
 """The S3+SQS World's journal: one S3 object per step, fenced without a transaction.
 
-Package-private; ``s3sqs.py``'s module docstring explains the whole consistency design.
+Package-private; the package's docstring explains the whole consistency design.
 The rules this module keeps:
 
 * A step row ``turns/<tid>/steps/<seq>`` is created only with ``If-None-Match: *`` (seq
@@ -33,9 +33,9 @@ from durable_harness.core.errors import (
     WorldError,
 )
 from durable_harness.core.types import Step, StepStatus, TurnStatus
-from durable_harness.worlds._s3_store import Doc, Precondition, S3Store
+from durable_harness.core.world import Outcome
+from durable_harness.worlds.s3sqs.store import Doc, Precondition, S3Store
 
-_OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)
 _STEP_FIELDS = (
     "turn_id",
     "seq",
@@ -282,32 +282,21 @@ class S3Journal:
             except Precondition:
                 continue
 
-    def finish(
-        self,
-        turn_id: str,
-        seq: int,
-        epoch: int,
-        status: StepStatus,
-        output: str | None,
-        output_blob: str | None,
-        meta: dict[str, Any],
-    ) -> None:
-        if status not in _OUTCOMES:
-            raise WorldError(f"finish_step records done or possibly_ran, got {status}")
+    def finish(self, turn_id: str, seq: int, epoch: int, outcome: Outcome) -> None:
         cached = True
         while True:
             row, step = self._open_row(turn_id, seq, epoch, cached)
             cached = False
             data = {
                 **row.data,
-                "status": str(status),
-                "output": output,
-                "output_blob": output_blob,
+                "status": str(outcome.status),
+                "output": outcome.output,
+                "output_blob": outcome.output_blob,
                 "epoch": epoch,
                 "fence": epoch,
                 "finished_at": time.time(),
                 # Merged, not replaced: what the intent recorded stays visible to `show`.
-                "meta": {**step.meta, **meta},
+                "meta": {**step.meta, **outcome.meta},
             }
             try:
                 self.store.put(self.layout.step(turn_id, seq), data, if_match=row.etag)

@@ -1,6 +1,6 @@
 """The S3+SQS World's catalog: blobs, sessions, turns and their listings, in S3.
 
-Package-private (``s3sqs.py`` holds the queue and leases, ``_s3_journal.py`` the steps).
+Package-private (:mod:`.queue` holds the queue and leases, :mod:`.journal` the steps).
 Everything here is written once with ``If-None-Match: *`` or is a plain overwrite of a
 pointer (session records); listings read index objects whose keys sort in the order the
 World promises, and skip entries that a lost race or a crash left behind (an entry counts
@@ -21,7 +21,7 @@ from typing import Any
 
 from durable_harness.core.errors import CorruptJournal, NotFound, WorldError
 from durable_harness.core.types import Session, Turn, TurnStatus
-from durable_harness.worlds._s3_store import Doc, Precondition, S3Store, micros, parse_entry
+from durable_harness.worlds.s3sqs.store import Doc, Precondition, S3Store, micros, parse_entry
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 TURN_FIELDS = [f.name for f in dataclasses.fields(Turn)]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from durable_harness.core.errors import ConfigError, WorldError
-from durable_harness.worlds._s3_store import error_code, raise_mapped
+from durable_harness.worlds.s3sqs.store import error_code, raise_mapped
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

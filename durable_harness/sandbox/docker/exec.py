@@ -24,7 +24,7 @@ import selectors
 import socket
 import struct
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,19 @@ class ExecResult:
     stdout: bytes
     stderr: bytes
     timed_out: bool = False
+
+
+class Commands:
+    """What the Docker sandbox's facets (:mod:`.files`, :mod:`.state`) run their scripts
+    with: :meth:`~durable_harness.sandbox.docker.DockerSandbox.exec`, which runs
+    ``bash -c script dh args…`` in the container as the agent user."""
+
+    exec: Callable[..., ExecResult]
+
+
+def text(data: bytes) -> str:
+    """A command's output as text; bytes that are not UTF-8 become U+FFFD."""
+    return data.decode("utf-8", errors="replace")
 
 
 class _Capped:

@@ -1,0 +1,220 @@
+"""The PostgreSQL World's queue, leases and durable waits: the ``jobs`` table, ``NOTIFY``."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import psycopg
+
+from durable_harness.core.errors import (
+    DurableHarnessError,
+    NotFound,
+)
+from durable_harness.core.types import Lease, TurnStatus
+from durable_harness.core.world import Queue
+from durable_harness.worlds.postgres import connections as db
+from durable_harness.worlds.postgres import schema, sql
+from durable_harness.worlds.postgres.connections import PostgresConnections, log, one_line
+from durable_harness.worlds.postgres.sql import Row
+
+CHANNEL = schema.CHANNEL
+#: The shortest wait for a job that is due: it is visible but was locked a moment ago.
+MIN_WAIT_SECONDS = 0.02
+
+
+class PostgresQueue(PostgresConnections, Queue):
+    """The :class:`Queue` facet of :class:`~durable_harness.worlds.postgres.PostgresWorld`."""
+
+    max_attempts: int
+    _url: str
+
+    def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
+        params = {"turn_id": turn_id, "delay": float(delay)}
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> None:
+            if db.one_row(conn, sql.ENQUEUE_QUEUED, params) is not None:
+                return
+            # Enqueueing a failed turn is a manual retry: a new job, a fresh delivery budget.
+            if db.one_row(conn, sql.ENQUEUE_FAILED, params) is not None:
+                return
+            # running: the lease holder has the message; done: nothing is left to deliver.
+            if db.one_row(conn, sql.GET_TURN, (turn_id,)) is None:
+                raise NotFound(f"no turn {turn_id!r}")
+
+        self._run("enqueue", op)
+
+    def claim(self, owner: str, lease_seconds: float) -> Lease | None:
+        params = {"owner": owner, "lease": float(lease_seconds), "max": self.max_attempts}
+
+        # A claim lost with its connection is not retried as such: its lease simply runs
+        # out, the attempt it counted is spent, and the turn is delivered again.
+        def op(conn: psycopg.Connection[Any], retried: bool) -> Lease | None:
+            while True:
+                row = db.one_row(conn, sql.CLAIM, params)
+                if row is None:
+                    return None
+                if row["epoch"] is not None:
+                    return sql.lease_of(row, owner)
+                self._dead_letter(conn, row["turn_id"], force=False)
+
+        return self._run("claim", op)
+
+    def claim_turn(
+        self, turn_id: str, owner: str, lease_seconds: float, force: bool = False
+    ) -> Lease | None:
+        params = {
+            "turn_id": turn_id,
+            "owner": owner,
+            "lease": float(lease_seconds),
+            "max": self.max_attempts,
+            "force": force,
+        }
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> Lease | None:
+            row = db.one_row(conn, sql.CLAIM_TURN, params)
+            if row is not None:
+                return sql.lease_of(row, owner)
+            if self._dead_letter(conn, turn_id, force=force):
+                return None
+            if db.one_row(conn, sql.GET_TURN, (turn_id,)) is None:
+                raise NotFound(f"no turn {turn_id!r}")
+            return None  # finished, held by a live lease, or not visible yet
+
+        return self._run("claim_turn", op)
+
+    def _dead_letter(self, conn: psycopg.Connection[Any], turn_id: str, force: bool) -> bool:
+        """Fail a deliverable turn that used up its deliveries; the epoch moves on too, so
+        a zombie still holding its expired lease is fenced out. Idempotent."""
+        params = {"turn_id": turn_id, "max": self.max_attempts, "force": force}
+        return db.one_row(conn, sql.DEAD_LETTER, params) is not None
+
+    def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        params = {"turn_id": lease.turn_id, "epoch": lease.epoch, "lease": float(lease_seconds)}
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> Lease:
+            row = db.one_row(conn, sql.RENEW, params)
+            if row is None:
+                raise self._fence_error(conn, lease.turn_id, lease.epoch)
+            return dataclasses.replace(lease, expires_at=float(row["lease_expires_at"]))
+
+        return self._run("renew", op)
+
+    def release(self, lease: Lease, delay: float = 0.0, error: str | None = None) -> None:
+        params = {
+            "turn_id": lease.turn_id,
+            "epoch": lease.epoch,
+            "delay": float(delay),
+            "error": error,
+        }
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> None:
+            if db.one_row(conn, sql.RELEASE, params) is not None:
+                return
+            self._unless_committed(conn, lease, retried, "queued")
+
+        self._run("release", op)
+
+    def end_turn(
+        self, lease: Lease, status: TurnStatus, result: str | None, error: str | None
+    ) -> None:
+        params = {
+            "turn_id": lease.turn_id,
+            "epoch": lease.epoch,
+            "status": status.value,
+            "result": result,
+            "error": error,
+        }
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> None:
+            if db.one_row(conn, sql.FINISH_TURN, params) is not None:
+                return
+            self._unless_committed(conn, lease, retried, status.value)
+
+        self._run(f"{status.value} turn", op)
+
+    # -- durable waits -------------------------------------------------------------------
+    def suspend(
+        self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
+    ) -> None:
+        params = {
+            "turn_id": lease.turn_id,
+            "waiting_for": waiting_for,
+            "signal": signal,
+            "wake_at": float(wake_at),
+        }
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> None:
+            with conn.transaction():
+                if db.one_row(conn, sql.LOCK_RUNNING_JOB, (lease.turn_id, lease.epoch)) is not None:
+                    db.one_row(conn, sql.SUSPEND, params)
+                    return
+            self._unless_committed(conn, lease, retried, "waiting")
+
+        self._run("suspend", op)
+
+    def _unless_committed(
+        self, conn: psycopg.Connection[Any], lease: Lease, retried: bool, status: str
+    ) -> None:
+        """A fenced write with ``lease`` matched no row: return if this is a retry whose
+        first try committed (the turn stands in ``status`` at the lease's epoch: our write
+        committed before the connection died), else raise why the fence refused it."""
+        turn = db.one_row(conn, sql.GET_TURN, (lease.turn_id,))
+        if retried and turn is not None and _is(turn, status, lease.epoch):
+            return
+        raise self._fence_error(conn, lease.turn_id, lease.epoch)
+
+    def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
+        def op(conn: psycopg.Connection[Any], retried: bool) -> bool:
+            with conn.transaction():
+                if db.one_row(conn, sql.GET_TURN, (turn_id,)) is None:
+                    raise NotFound(f"no turn {turn_id!r}")
+                db.one_row(conn, sql.LOCK_JOB, (turn_id,))  # none once the turn ended
+                if db.one_row(conn, sql.INSERT_SIGNAL, (turn_id, name, payload)) is None:
+                    # A duplicate, unless it is our own insert whose reply was lost.
+                    row = db.one_row(conn, sql.GET_SIGNAL, (turn_id, name))
+                    return bool(retried and row is not None and row["payload"] == payload)
+                db.one_row(conn, sql.WAKE, (turn_id,))
+                return True
+
+        return self._run("send_signal", op)
+
+    def get_signal(self, turn_id: str, name: str) -> str | None:
+        row = self._run("get_signal", lambda c, _: db.one_row(c, sql.GET_SIGNAL, (turn_id, name)))
+        return None if row is None else str(row["payload"])
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Return when a turn was created, enqueued or released (``NOTIFY``), when the
+        next delayed job or expiring lease becomes deliverable, or after ``timeout``.
+
+        The first call only starts listening and returns at once, so that the caller
+        looks at the queue again: a notification sent before ``LISTEN`` would be lost.
+        """
+        with self._listen_lock:
+            listener = self._listener
+            try:
+                if listener is None or listener.closed:
+                    self._listener = schema.connect(self._url, self.where)
+                    self._listener.execute(f"LISTEN {CHANNEL}")
+                    return
+                # Nothing notifies when a lease runs out: sleep until it does (a dead
+                # worker's turn is redelivered at its lease's end, not at the next poll).
+                # The floor keeps a job that is visible but locked from causing a spin.
+                row = listener.execute(sql.NEXT_VISIBLE).fetchone()
+                if row is not None and row[0] is not None:
+                    timeout = min(timeout, max(float(row[0]), MIN_WAIT_SECONDS))
+                if any(True for _ in listener.notifies(timeout=timeout, stop_after=1)):
+                    for _ in listener.notifies(timeout=0.0):  # drain: one wake-up is enough
+                        pass
+                return
+            except (psycopg.Error, DurableHarnessError) as exc:
+                log.warning("listening for new turns failed (%s); polling", one_line(exc))
+                if self._listener is not None:
+                    self._listener.close()
+                self._listener = None
+        time.sleep(timeout)
+
+
+def _is(turn: Row, status: str, epoch: int) -> bool:
+    return bool(turn["status"] == status and turn["epoch"] == epoch)
