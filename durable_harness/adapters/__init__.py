@@ -1,7 +1,8 @@
 """Adapters: one package per agent (builtin, claude_code, codex, opencode, pi, custom).
 
-:data:`ADAPTERS` names each agent's adapter class; ``get_adapter(name)`` imports the chosen
-one lazily. The CLI agents share cli/ (where a CLI runs, its launches, hooks, MCP host
+:data:`ADAPTERS` names each agent's adapter class, or a CLI agent's spec (run by the one
+CLI adapter, ``cli/agent.py``); ``get_adapter(name)`` imports the chosen one lazily. The
+CLI agents share cli/ (where a CLI runs, its launches, hooks, MCP host
 tools, waits, session records), which sits on proxy/ (the journaling model proxy, its wire
 formats and request canonicalizers), which sits on base.py (the Adapter seam). An agent's
 package never imports another's. Adapters may import harness, worlds, sandbox and core,
@@ -20,13 +21,15 @@ from durable_harness.core.errors import ConfigError
 if TYPE_CHECKING:
     from durable_harness.adapters.base import Adapter
 
-#: Agent name -> ``module:class`` of its adapter, imported only when chosen.
+#: Agent name -> ``module:name`` of its adapter class, or of a CLI agent's
+#: :class:`~.cli.spec.CliSpec` (run by :class:`~.cli.agent.CliAdapter`); imported only
+#: when chosen.
 ADAPTERS: dict[str, str] = {
     "builtin": "durable_harness.adapters.builtin.agent:BuiltinAdapter",
-    "claude-code": "durable_harness.adapters.claude_code.adapter:ClaudeCodeAdapter",
-    "codex": "durable_harness.adapters.codex.adapter:CodexAdapter",
-    "pi": "durable_harness.adapters.pi.adapter:PiAdapter",
-    "opencode": "durable_harness.adapters.opencode.adapter:OpenCodeAdapter",
+    "claude-code": "durable_harness.adapters.claude_code.spec:SPEC",
+    "codex": "durable_harness.adapters.codex.spec:SPEC",
+    "pi": "durable_harness.adapters.pi.spec:SPEC",
+    "opencode": "durable_harness.adapters.opencode.spec:SPEC",
     # A program's own loop on the Python API: workers only park its turns (custom/).
     "custom": "durable_harness.adapters.custom.adapter:CustomAdapter",
 }
@@ -38,8 +41,13 @@ def get_adapter(name: str) -> Adapter:
     target = ADAPTERS.get(name)
     if target is not None:
         module_name, _, class_name = target.partition(":")
-        adapter: Adapter = getattr(importlib.import_module(module_name), class_name)()
-        return adapter
+        found = getattr(importlib.import_module(module_name), class_name)
+        if isinstance(found, type):
+            adapter: Adapter = found()
+            return adapter
+        from durable_harness.adapters.cli.agent import CliAdapter
+
+        return CliAdapter(found)
     if name in PLANNED:
         raise ConfigError(
             f"agent {name!r} is not available in this version yet; use one of "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_harness.core.settings import Settings
+from durable_harness.core.turn_config import TurnConfig
 from durable_harness.core.types import Turn
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
@@ -28,7 +29,13 @@ class TurnRun:
 
     @property
     def config(self) -> dict[str, Any]:
+        """The stored configuration, as stored (see :attr:`turn_config`)."""
         return self.turn.config
+
+    @property
+    def turn_config(self) -> TurnConfig:
+        """The typed view of :attr:`config`."""
+        return TurnConfig.of(self.turn.config)
 
 
 class Adapter(abc.ABC):

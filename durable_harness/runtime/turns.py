@@ -14,6 +14,7 @@ from durable_harness.adapters import get_adapter
 from durable_harness.adapters.base import TurnRun
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import Settings
+from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import UNFINISHED, Lease, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, StepEvent
@@ -33,24 +34,24 @@ def turn_config(
     base_url: str | None,
     settings: Settings,
 ) -> dict[str, Any]:
-    """What a worker anywhere needs to run the turn (never a secret)."""
-    if workspace not in ("virtual", "docker"):
+    """What a worker anywhere needs to run the turn (never a secret): a
+    :class:`~.core.turn_config.TurnConfig`, as the JSON object stored with the turn."""
+    if workspace not in (VIRTUAL, DOCKER):
         workspace = str(Path(workspace).resolve())
-    config: dict[str, Any] = {
-        "agent": agent,
-        "workspace": workspace,
-        "tools": [absolute_tools_spec(s) for s in tools],
-        "model": model or settings.model,
-        "max_tokens": settings.max_tokens,
-        "max_model_calls": settings.max_model_calls,
-        "max_files": settings.max_files,
-        "max_bytes": settings.max_bytes,
+    optional = {"base_url": base_url} if base_url else {}
+    return TurnConfig(
+        agent=agent,
+        workspace=workspace,
+        tools=[absolute_tools_spec(s) for s in tools],
+        model=model or settings.model,
+        max_tokens=settings.max_tokens,
+        max_model_calls=settings.max_model_calls,
+        max_files=settings.max_files,
+        max_bytes=settings.max_bytes,
         # Authenticates webhook signals for this turn (`durable-harness signal-server`).
-        "signal_secret": secrets.token_urlsafe(24),
-    }
-    if base_url:
-        config["base_url"] = base_url
-    return config
+        signal_secret=secrets.token_urlsafe(24),
+        **optional,
+    ).stored()
 
 
 def start_turn(

@@ -11,7 +11,7 @@ import pytest
 from claude_cases import AGENT_CONFIG, TOOLS, claude_harness, run_args
 from support import Harness, ids_of
 
-from durable_harness.adapters.claude_code.adapter import CLAUDE_CODE_VERSION
+from durable_harness.adapters.claude_code.spec import CLAUDE_CODE_VERSION
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from codex_cases import codex_harness, run_args
 from support import Harness, ids_of
 from test_claude_bad_input import no_turns, one_line_error
 
-from durable_harness.adapters.codex.adapter import CODEX_VERSION
+from durable_harness.adapters.codex.spec import CODEX_VERSION
 
 
 @pytest.fixture

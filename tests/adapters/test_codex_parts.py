@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from durable_harness.adapters.cli.hooks import AgentConfig
-from durable_harness.adapters.codex.adapter import CodexReplayPolicy, codex_model
+from durable_harness.adapters.codex.spec import CodexReplayPolicy, codex_model
 
 
 def policy(data: dict[str, object]) -> CodexReplayPolicy:

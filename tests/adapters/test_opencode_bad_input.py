@@ -10,7 +10,7 @@ import pytest
 from opencode_cases import opencode_harness, run_args
 from support import Harness
 
-from durable_harness.adapters.opencode.adapter import OPENCODE_VERSION
+from durable_harness.adapters.opencode.spec import OPENCODE_VERSION
 
 
 @pytest.fixture

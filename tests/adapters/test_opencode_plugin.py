@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_harness.adapters.opencode.adapter import find_opencode, prepare_home
+from durable_harness.adapters.opencode.spec import find_opencode, prepare_home
 from durable_harness.testing.fake_model import FakeModelServer
 
 TOKEN = "launch-token"

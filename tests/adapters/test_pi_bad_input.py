@@ -15,7 +15,7 @@ from pi_cases import bash_runs, pi_harness, run_args
 from support import Harness, ids_of, make_harness
 from test_claude_bad_input import no_turns, one_line_error
 
-from durable_harness.adapters.pi.adapter import ENDPOINT_ENV, EXTENSION, PI_VERSION, find_pi
+from durable_harness.adapters.pi.spec import ENDPOINT_ENV, EXTENSION, PI_VERSION, find_pi
 
 
 @pytest.fixture

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.cli.hooks import AgentConfig, ToolHooks
-from durable_harness.adapters.cli.host import HostCliHost
-from durable_harness.adapters.pi.adapter import PiReplayPolicy, _Launch
 from durable_harness.adapters.pi.session import pi_session_facts
+from durable_harness.adapters.pi.spec import PiReplayPolicy, recorded_results
 from durable_harness.core.settings import Settings
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.journal import Journal
@@ -77,9 +76,8 @@ def test_a_recorded_result_replaces_a_rerun(tmp_path: Path) -> None:
     assert lease is not None
     journal = Journal(world, lease)
     run = TurnRun(world, world.get_turn("turn_pi"), journal, Settings.load())
-    launch = _Launch(run, HostCliHost(tmp_path / "ws", {}))
     hooks = ToolHooks(journal, PiReplayPolicy(), host_tool_prefix="\0")
-    control = launch._control(hooks)
+    control = recorded_results(run, hooks)
     recorded = {"content": [{"type": "text", "text": "BASH-42\n"}], "isError": False}
     allowed = control("PreToolUse", {"tool_name": "bash", "tool_input": {}, "tool_use_id": "t1"})
     assert allowed["hookSpecificOutput"]["permissionDecision"] == "allow"

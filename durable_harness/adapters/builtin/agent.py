@@ -23,6 +23,7 @@ from durable_harness.core.errors import SandboxError, SandboxUnavailable, TurnFa
 from durable_harness.core.keys import ordinal_model_key, ordinal_tool_key
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
+from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import Replay, Step, StepStatus, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, Outcome, decode_output
@@ -107,14 +108,15 @@ def open_turn_sandbox(
 ) -> Sandbox:
     """The turn's sandbox. Docker's is the session's container (``session_id`` None only
     checks that Docker and the image are there: nothing is created)."""
-    spec = str(config.get("workspace", "virtual"))
-    if spec == "virtual":
+    turn = TurnConfig.of(config)
+    spec = turn.workspace
+    if spec == VIRTUAL:
         return open_sandbox(
             spec,
-            max_files=int(config.get("max_files", settings.max_files)),
-            max_bytes=int(config.get("max_bytes", settings.max_bytes)),
+            max_files=settings.max_files if turn.max_files is None else turn.max_files,
+            max_bytes=settings.max_bytes if turn.max_bytes is None else turn.max_bytes,
         )
-    if spec == "docker":
+    if spec == DOCKER:
         return open_sandbox(spec, session_id=session_id)
     return open_sandbox(spec)
 

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from durable_harness.adapters.cli.host import json_event
 from durable_harness.core.errors import DurableHarnessError, ModelError, TurnFailed
 
 __all__ = ["LaunchOutput", "progress"]
@@ -27,11 +28,8 @@ class LaunchOutput:
     status: int | None = None  # the CLI's exit status (None: stopped by the harness)
 
     def feed(self, line: bytes, show_progress: bool) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
+        event = json_event(line)
+        if event is None:
             return
         if event.get("type") == "result":
             self.result = event

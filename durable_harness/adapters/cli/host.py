@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
 import os
 import queue
 import shutil
@@ -34,7 +35,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from durable_harness.adapters.cli import hook_client, reaper
 from durable_harness.core.errors import ConfigError, LeaseLost
@@ -56,6 +57,7 @@ __all__ = [
     "Line",
     "find_cli",
     "follow",
+    "json_event",
     "launch_steps",
     "progress",
     "require_unsafe_host",
@@ -400,6 +402,16 @@ def stored_input(world: World, step: Step) -> str:
     if text.startswith(BLOB_PREFIX):
         return world.get_blob(text.removeprefix(BLOB_PREFIX)).decode()
     return text
+
+
+def json_event(line: bytes) -> dict[str, Any] | None:
+    """A stdout line of a CLI's JSON output as an object; None for anything else (the CLIs
+    print other lines too, which are not events)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
 
 
 def progress(text: str) -> None:

@@ -5,28 +5,30 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.turn_config import VIRTUAL, TurnConfig
 
 
-def launch_token(config: dict[str, Any], job: str) -> str:
+def launch_token(config: Mapping[str, Any] | TurnConfig, job: str) -> str:
     """The proxy token of a durable launch: derived from the turn's secret, so a worker that
     re-attaches to the CLI accepts the token the CLI was started with."""
-    secret = str(config.get("signal_secret") or "")
+    secret = TurnConfig.of(config).signal_secret or ""
     if not secret:
         raise ConfigError("this turn has no secret to derive its proxy token from")
     digest = hmac.new(secret.encode(), f"cli-proxy-token:{job}".encode(), hashlib.sha256)
     return digest.hexdigest()
 
 
-def workspace_of(config: dict[str, Any], agent: str = "claude-code") -> Path:
+def workspace_of(config: Mapping[str, Any] | TurnConfig, agent: str = "claude-code") -> Path:
     """The host folder of a host run (made if missing); the caller checked that a host
     folder is allowed (Claude Code and Codex: the opt-in, in their ``workspace_spec``).
     ConfigError for the virtual workspace."""
-    spec = str(config.get("workspace", "virtual"))
-    if spec == "virtual":
+    spec = TurnConfig.of(config).workspace
+    if spec == VIRTUAL:
         raise ConfigError(
             f"the {agent} agent runs the real CLI: give --workspace docker (the virtual "
             "workspace cannot host it)"

@@ -24,99 +24,89 @@ A launch's job (its HOME, in the container its output files) is removed only onc
 launch is journaled: a worker that dies in between leaves it to the next worker, which
 re-attaches and reads the session record again.
 
-Where (:func:`open_cli_host`, Pi and OpenCode): ``--workspace docker`` is the session's
-container (:class:`~.cli.docker_host.DockerCliHost`); any other folder is the local sandbox,
-the CLI as a child of the worker on that folder (:class:`~.cli.host.HostCliHost`).
-Unlike Claude Code and Codex, Pi and OpenCode need no developer opt-in for a host
-folder: their issue asks for "Docker or local sandbox".
+Where the CLI runs is :mod:`.cli.where`; what each launch runs, :mod:`.cli.agent`.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-import threading
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.cli.hooks import ReplayPolicy
 from durable_harness.adapters.cli.host import (
     CliHost,
     CliRun,
-    HostCliHost,
     launch_steps,
     stored_input,
 )
-from durable_harness.adapters.cli.jobs import job_id, workspace_of
+from durable_harness.adapters.cli.jobs import job_id
 from durable_harness.adapters.cli.waits import WaitGate
 from durable_harness.core.errors import (
-    ConfigError,
     DurableHarnessError,
     ReplayDivergence,
     TurnFailed,
     TurnSuspended,
 )
 from durable_harness.core.keys import launch_key
-from durable_harness.core.sandbox import Sandbox
-from durable_harness.core.types import StepStatus, TurnStatus
+from durable_harness.core.types import StepStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
 from durable_harness.harness.tools import Tool
-from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 
 __all__ = [
+    "LaunchPlan",
     "Launcher",
-    "Workspaces",
-    "check_where",
     "close_interrupted",
     "finished_reply",
-    "open_cli_host",
     "run_launches",
 ]
 
 
-def check_where(config: dict[str, Any], agent: str) -> bool:
-    """True for the Docker sandbox (Docker answers and the image is built); else the host
-    folder is made (ConfigError for the virtual workspace)."""
-    spec = str(config.get("workspace", "virtual"))
-    if spec == "docker":
-        from durable_harness.sandbox import open_sandbox
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How a launch starts: the input of its ``launch:<n>`` step, stored in the journal
+    (``store_input``) and read back to re-attach to the launch or replay it.
 
-        open_sandbox("docker").close()
-        return True
-    if spec == "virtual":
-        raise ConfigError(
-            f"the {agent} agent runs the real CLI: give --workspace docker (the session's "
-            "container) or --workspace DIR (a host folder); the virtual workspace cannot "
-            "host it"
-        )
-    workspace_of(config, agent)
-    return False
+    The stored JSON is part of the journal's format: :meth:`stored` spells it as every
+    earlier version did, ``{"mode", "message", <record_key>, ["launch"]}``, where
+    ``record_key`` names the session record to restore (``transcript``: a blob digest;
+    Codex's ``rollout``: an object) and ``launch`` is present only when it was given.
+    """
 
+    mode: Literal["new", "resume"]
+    message: str
+    record: Any = None  # the session record to restore (None: none)
+    launch: int | None = None
+    record_key: str = "transcript"
 
-def open_cli_host(
-    config: dict[str, Any], session_id: str, agent: str, binaries: Callable[[], dict[str, str]]
-) -> CliHost:
-    """The session's container, or the host folder (``binaries`` finds the host CLIs)."""
-    if str(config.get("workspace", "virtual")) == "docker":
-        from durable_harness.adapters.cli.docker_host import DockerCliHost
+    def stored(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"mode": self.mode, "message": self.message}
+        data[self.record_key] = self.record
+        if self.launch is not None:
+            data["launch"] = self.launch
+        return data
 
-        return DockerCliHost(session_id)
-    return HostCliHost(
-        workspace_of(config, agent), binaries(), home_prefix=f"durable-harness-{agent}-"
-    )
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> LaunchPlan:
+        """The plan a launch step stored (:meth:`stored`'s JSON)."""
+        key = "rollout" if "rollout" in data else "transcript"
+        mode: Literal["new", "resume"] = "resume" if data.get("mode") == "resume" else "new"
+        launch = data.get("launch")
+        return cls(mode, str(data.get("message", "")), data.get(key), launch, key)
 
 
 class Launcher(Protocol):
     #: The launch's wait gate: settled before a new launch is planned.
     gate: WaitGate
 
-    def plan(self, number: int) -> dict[str, Any]:
+    def plan(self, number: int) -> LaunchPlan:
         """How launch ``number`` starts."""
 
-    def run(self, plan: dict[str, Any], job: str, cli: CliRun | None = None) -> dict[str, Any]:
+    def run(self, plan: LaunchPlan, job: str, cli: CliRun | None = None) -> dict[str, Any]:
         """Run launch ``job`` (or follow ``cli``, started by an earlier worker) to its end;
         its outcome: ``reply``, and ``deferred`` when the CLI stopped at a deferred wait."""
 
@@ -129,7 +119,7 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
         done = [s for s in launches if s.status is StepStatus.DONE]
         if not done:
             raise ReplayDivergence(f"turn {turn.turn_id} has no finished launch of the CLI")
-        plan = json.loads(stored_input(run.world, done[-1]))
+        plan = LaunchPlan.of(json.loads(stored_input(run.world, done[-1])))
         job = f"{turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
         result = launcher.run(plan, job)
         host.finish(job)
@@ -139,7 +129,7 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
         job = job_id(turn.turn_id, len(launches) - 1)
         cli = host.attach(job)
         if cli is not None:  # the CLI of an earlier worker runs on (Docker): finish it
-            plan = json.loads(stored_input(run.world, last))
+            plan = LaunchPlan.of(json.loads(stored_input(run.world, last)))
             result = _run(launcher, host, plan, job, cli)
             meta = {"source": "cli", "reattached": True}
             journal.end(OpenStep(last, time.monotonic()), Outcome(result, meta))
@@ -152,7 +142,7 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
         kind="agent",
         name=agent,
         key=launch_key(number),
-        input=plan,
+        input=plan.stored(),
         replay="safe",
         store_input=True,
     )
@@ -196,7 +186,7 @@ def close_interrupted(
 
 
 def _run(
-    launcher: Launcher, host: CliHost, plan: dict[str, Any], job: str, cli: CliRun | None = None
+    launcher: Launcher, host: CliHost, plan: LaunchPlan, job: str, cli: CliRun | None = None
 ) -> dict[str, Any]:
     try:
         return launcher.run(plan, job, cli)
@@ -219,38 +209,3 @@ def _reply(result: dict[str, Any], launcher: Launcher, *, reattached: bool) -> s
         # (or parks again) and resumes the CLI.
         raise DurableHarnessError("the CLI stopped at a wait; the turn resumes to ask again")
     raise TurnFailed("the CLI deferred a tool call that durable-harness did not defer")
-
-
-class Workspaces:
-    """The container's workspace in the World: restored into a new container before a
-    launch, saved after every tool outcome (a lost container comes back as the tool
-    left it)."""
-
-    def __init__(self, run: TurnRun, lock: threading.Lock) -> None:
-        self.world: World = run.world
-        self.journal: Journal = run.journal
-        self.turn = run.turn
-        self.snapshots = SnapshotStore(self.world)
-        self._lock = lock  # the adapter's save lock: one save at a time
-
-    def restore(self, sandbox: Sandbox) -> None:
-        digest = self.journal.latest_meta("workspace") or self._session_workspace()
-        restore_workspace(sandbox, self.snapshots, digest)
-
-    def saver(self, sandbox: Sandbox) -> Callable[[], dict[str, Any]]:
-        def outcome_meta() -> dict[str, Any]:
-            with self._lock:
-                digest = save_workspace(sandbox, self.snapshots)
-            return {} if digest is None else {"workspace": digest}
-
-        return outcome_meta
-
-    def _session_workspace(self) -> str | None:
-        """The newest workspace snapshot of the session's earlier, finished turns."""
-        digest: str | None = None
-        for turn in self.world.list_turns(self.turn.session_id):
-            if turn.index < self.turn.index and turn.status is TurnStatus.DONE:
-                for step in self.world.load_steps(turn.turn_id):
-                    if step.status is StepStatus.DONE and "workspace" in step.meta:
-                        digest = str(step.meta["workspace"])
-        return digest

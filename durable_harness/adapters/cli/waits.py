@@ -89,7 +89,7 @@ class WaitGate:
     @classmethod
     def for_turn(cls, run: TurnRun) -> WaitGate:
         """The gate of ``run``'s turn (its signal secret signs the wait tools' URLs)."""
-        secret = str(run.turn.config.get("signal_secret", ""))
+        secret = run.turn_config.signal_secret or ""
         return cls(run.world, run.journal, run.turn.session_id, secret)
 
     def handles(self, name: str) -> bool:

@@ -1,13 +1,13 @@
 """What a Codex launch printed: its ``codex exec --json`` events and the reply they give
-(see :mod:`.codex.adapter`). A re-attached launch feeds the events again from the first line."""
+(see :mod:`.codex.spec`). A re-attached launch feeds the events again from the first line."""
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_harness.adapters.cli.host import json_event
 from durable_harness.core.errors import DurableHarnessError, ModelError, TurnFailed
 
 __all__ = ["CodexOutput"]
@@ -22,11 +22,8 @@ class CodexOutput:
 
     def feed(self, line: bytes, *, show_progress: bool) -> None:
         """Take one stdout line (an event; anything else is ignored)."""
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
+        event = json_event(line)
+        if event is None:
             return
         kind = event.get("type")
         item: dict[str, Any] = event["item"] if isinstance(event.get("item"), dict) else {}

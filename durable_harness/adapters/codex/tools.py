@@ -2,7 +2,7 @@
 
 Codex 0.171.0 connects to the harness's MCP endpoint (``/mcp`` on the journaling proxy,
 ``[mcp_servers."durable-harness"]`` in its ``config.toml``, streamable HTTP, the bearer
-token read from :data:`~.codex.adapter.TOKEN_ENV`). Measured against the fake model:
+token read from :data:`~.codex.spec.TOKEN_ENV`). Measured against the fake model:
 
 * it offers the server's tools to the model as the Responses namespace
   ``mcp__durable_harness`` (the ``-`` becomes ``_``), each tool under its own name;

@@ -1,6 +1,6 @@
 """The private HOME of one OpenCode launch: its config folder and environment.
 
-Kept apart from :mod:`.opencode.adapter` (which decides what runs): :func:`home_files` gives the
+Kept apart from :mod:`.opencode.spec` (which decides what runs): :func:`home_files` gives the
 files and environment to a :class:`~.cli.host.CliLaunch`, whichever host writes them
 (a host folder or the session's container). Nothing here reaches the network:
 OpenCode's ``@ai-sdk/anthropic`` provider is bundled in its binary, and the config folder

@@ -1,0 +1,62 @@
+"""The one CLI adapter's typed edges: the launch plan and the turn config keep the stored
+JSON of earlier versions exactly, and every CLI agent is a spec run by ``CliAdapter``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durable_harness.adapters import get_adapter
+from durable_harness.adapters.cli.agent import CliAdapter
+from durable_harness.adapters.cli.launches import LaunchPlan
+from durable_harness.core.turn_config import TurnConfig
+
+#: Launch plans as the four adapters stored them before the spec (Claude Code, Pi, OpenCode, Codex).
+STORED_PLANS: list[dict[str, Any]] = [
+    {"mode": "new", "message": "hi", "transcript": None},
+    {"mode": "resume", "message": "hi", "transcript": "abc"},
+    {"mode": "resume", "message": "again", "transcript": "abc", "launch": 2},
+    {"mode": "resume", "message": "", "transcript": "abc", "launch": 1},
+    {"mode": "new", "message": "hi", "rollout": None},
+    {
+        "mode": "resume",
+        "message": "m",
+        "rollout": {"thread": "t", "path": "sessions/r.jsonl", "transcript": "d"},
+        "launch": 1,
+    },
+]
+
+
+@pytest.mark.parametrize("stored", STORED_PLANS)
+def test_a_stored_plan_round_trips(stored: dict[str, Any]) -> None:
+    plan = LaunchPlan.of(stored)
+    assert plan.stored() == stored
+    assert list(plan.stored()) == list(stored)  # key order too: the input is hashed
+
+
+def test_a_stored_turn_config_round_trips() -> None:
+    stored = {
+        "agent": "pi",
+        "workspace": "/tmp/ws",
+        "tools": [],
+        "model": "m",
+        "max_tokens": 1,
+        "max_model_calls": 2,
+        "max_files": 3,
+        "max_bytes": 4,
+        "signal_secret": "s",
+        "agent_config": {"replay": {}},
+        "from_a_later_version": [1],
+    }
+    config = TurnConfig.of(stored)
+    assert config.stored() == stored and list(config.stored()) == list(stored)
+    assert TurnConfig.of({"agent": "pi"}).workspace == "virtual"
+    assert TurnConfig.of({"agent": "pi"}).stored() == {"agent": "pi"}
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "opencode", "pi"])
+def test_every_cli_agent_is_a_spec(agent: str) -> None:
+    adapter = get_adapter(agent)
+    assert isinstance(adapter, CliAdapter)
+    assert adapter.name == agent == adapter.spec.name
