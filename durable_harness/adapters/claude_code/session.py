@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from durable_harness.adapters.cli.records import TranscriptFacts
+from durable_harness.adapters.cli.records import TranscriptFacts, jsonl_messages
 
 
 def transcript_facts(data: bytes) -> TranscriptFacts:
@@ -13,14 +13,7 @@ def transcript_facts(data: bytes) -> TranscriptFacts:
     uses: set[str] = set()
     results: set[str] = set()
     messages: set[str] = set()
-    for line in data.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        message = entry.get("message") if isinstance(entry, dict) else None
-        if not isinstance(message, dict):
-            continue
+    for message in jsonl_messages(data):
         if message.get("role") == "assistant" and isinstance(message.get("id"), str):
             messages.add(message["id"])
         content = message.get("content")

@@ -24,7 +24,7 @@ CLI's own record already holds (:class:`TranscriptFacts`) is read by each agent'
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ __all__ = [
     "TranscriptFacts",
     "TranscriptStore",
     "compose_resume_message",
+    "jsonl_messages",
     "latest_turn_transcript",
     "previous_turn_transcript",
     "resume_message",
@@ -229,3 +230,17 @@ def _quote(value: Any) -> str:
     if len(text) > RESULT_QUOTE_CHARS:
         text = text[:RESULT_QUOTE_CHARS] + f"… ({len(text) - RESULT_QUOTE_CHARS} more chars)"
     return text
+
+
+def jsonl_messages(data: bytes) -> Iterator[dict[str, Any]]:
+    """The ``message`` objects of a session file of JSON lines (``{"message": {...}}``
+    entries, as Claude Code's transcript and Pi's session file write them); lines that
+    do not parse, or hold no message, are skipped (a line may still be half written)."""
+    for line in data.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        message = entry.get("message") if isinstance(entry, dict) else None
+        if isinstance(message, dict):
+            yield message

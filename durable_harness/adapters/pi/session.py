@@ -9,9 +9,7 @@ cut off is made up per request and never written here, so it is not counted.
 
 from __future__ import annotations
 
-import json
-
-from durable_harness.adapters.cli.records import TranscriptFacts
+from durable_harness.adapters.cli.records import TranscriptFacts, jsonl_messages
 
 __all__ = ["pi_session_facts"]
 
@@ -21,14 +19,7 @@ def pi_session_facts(data: bytes) -> TranscriptFacts:
     uses: set[str] = set()
     results: set[str] = set()
     messages: set[str] = set()
-    for line in data.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        message = entry.get("message") if isinstance(entry, dict) else None
-        if not isinstance(message, dict):
-            continue
+    for message in jsonl_messages(data):
         role = message.get("role")
         if role == "assistant":
             if isinstance(message.get("responseId"), str):

@@ -99,3 +99,17 @@ def error_text(data: bytes | str) -> str:
             kind = error.get("type") or error.get("code") or "error"
             return f"{kind}: {error.get('message', '')}".strip()
     return text[:300]
+
+
+def content_text(content: Any) -> str:
+    """The text of an OpenAI message's ``content``: a string, or the ``text`` of its parts
+    joined by newlines (other parts carry no text)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text"))
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""

@@ -25,7 +25,7 @@ import json
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import MalformedStream, SseEvent, text_pieces
-from durable_harness.adapters.proxy.wire.base import WireFormat
+from durable_harness.adapters.proxy.wire.base import WireFormat, content_text
 from durable_harness.core.canonical import dumps_compact
 
 __all__ = ["CHAT", "OpenAIChatCompletions", "assemble_completion"]
@@ -174,7 +174,7 @@ def as_messages_request(request: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(message, dict):
             continue
         role = str(message.get("role") or "user")
-        text = _text(message.get("content"))
+        text = content_text(message.get("content"))
         if role in ("system", "developer"):
             system.append(text)
         elif role == "tool":
@@ -266,18 +266,6 @@ def completion_chunks(completion: dict[str, Any], usage: bool = True) -> list[di
 def chat_frame(data: dict[str, Any]) -> bytes:
     """One SSE frame of the Chat Completions API: a ``data:`` line, no event name."""
     return b"data: " + dumps_compact(data) + b"\n\n"
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text"))
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    return ""
 
 
 def _arguments(value: Any) -> Any:

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import sse_frame, text_pieces
-from durable_harness.adapters.proxy.wire.base import WireFormat
+from durable_harness.adapters.proxy.wire.base import WireFormat, content_text
 
 __all__ = ["RESPONSES", "OpenAIResponses"]
 
@@ -100,7 +100,7 @@ def as_messages_request(request: dict[str, Any]) -> dict[str, Any]:
         kind = item.get("type", "message")
         if kind == "message":
             role = str(item.get("role") or "user")
-            text = _text(item.get("content"))
+            text = content_text(item.get("content"))
             if role in ("developer", "system"):
                 system.append(text)
             else:
@@ -121,7 +121,7 @@ def as_messages_request(request: dict[str, Any]) -> dict[str, Any]:
                 {
                     "type": "tool_result",
                     "tool_use_id": str(item.get("call_id") or ""),
-                    "content": [{"type": "text", "text": _text(item.get("output"))}],
+                    "content": [{"type": "text", "text": content_text(item.get("output"))}],
                 },
             )
     tools = request.get("tools")
@@ -191,18 +191,6 @@ def response_events(response: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
         events.append({"type": "response.output_item.done", "output_index": index, "item": item})
     events.append({"type": "response.completed", "response": response})
     return [(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events)]
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text"))
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    return ""
 
 
 def _arguments(value: Any) -> Any:
