@@ -58,7 +58,7 @@ import docker.errors
 import requests
 
 from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
-from durable_harness.core.sandbox import Sandbox, ShellResult
+from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted
 from durable_harness.sandbox.docker import exec as docker_exec
 from durable_harness.sandbox.docker import scripts as sh
 from durable_harness.sandbox.docker.exec import text
@@ -358,6 +358,9 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
         limit = self.timeout if timeout is None else timeout
         if limit <= 0:
             raise SandboxError(f"timeout must be positive, got {limit}")
+        limit, note = cap_timeout(limit)
+        if note:
+            return noted(self.bash(command, limit), note)
         token = f"__DH_{secrets.token_hex(8)}"
         started = time.monotonic()
         result = self.exec(
