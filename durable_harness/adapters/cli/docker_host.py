@@ -169,7 +169,11 @@ class DockerCliHost(CliHost):
             argv=shlex.join(launch.argv),
             stdin=_STDIN_FILE,
         )
-        self.sandbox.jobs.start(launch.job_id, script, workdir=self.workspace, env=launch.env)
+        # Contained: a daemon the CLI's shell tool started dies with the launch, so it
+        # cannot wait for the next launch's bridge (and its proxy token).
+        self.sandbox.jobs.start(
+            launch.job_id, script, workdir=self.workspace, env=launch.env, contain=True
+        )
         return _DockerRun(self.sandbox, launch.job_id)
 
     def attach(self, job_id: str) -> CliRun | None:
