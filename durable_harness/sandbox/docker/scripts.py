@@ -58,13 +58,16 @@ mkdir -p -- "${{p%/*}}" && exec cat > "$p"
 )
 
 # What a command leaves running outside its process group: a `setsid` or `set -m` child,
-# a daemon. __dh_snap notes every process of the container (pid and start time) before
-# the command; __dh_reap, after it, kills every process that is not one of those, not in
-# the session of one of those (other detached jobs' children), and not in a session a
-# `docker exec` leads (its leader's parent is pid 0: the harness's own concurrent
-# commands; nothing inside the container can make such a process), the caller's own
-# session excepted. Builtins only (a fork may fail at the pid limit); repeated while it
-# finds something, for a child forked while it ran. $$ is the caller (never killed).
+# a daemon. __dh_snap notes every process of the container (pid and start time) and the
+# leader of every session but the caller's before the command; __dh_reap, after it, kills
+# every process that is not one of those and is not a member of a session whose leader
+# is one of those (other detached jobs' children) or a `docker exec` (its parent is pid
+# 0: the harness's own concurrent commands; nothing in the container can make one). A
+# member counts only if it started after its leader (a session id is a pid, and pids are
+# reused: a session from before a leader's pid was taken again is not that leader's).
+# The caller's own session is not spared. Builtins only (a fork may fail at the pid
+# limit); repeated while it finds something, for a child forked while it ran. $$ is the
+# caller (never killed).
 _REAP = """
 __dh_stat() {
   local l
@@ -72,15 +75,21 @@ __dh_stat() {
   set -- ${l##*) }
   __st_state=$1 __st_ppid=$2 __st_sid=$4 __st_start=${20}
 }
-declare -A __dh_old=() __dh_keep=()
+declare -A __dh_old=() __dh_lead=()
 __dh_snap() {
   local p
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
     __dh_stat "$p" || continue
     __dh_old[$p]=$__st_start
-    [ "$__st_sid" = "$$" ] || __dh_keep[$__st_sid]=1
+    [ "$p" = "$__st_sid" ] && [ "$p" != "$$" ] && __dh_lead[$p]=$__st_start
   done
+}
+__dh_spared() {  # $1 a session id, $2 the start time of a member that is not old
+  [ "$1" = "$$" ] && return 1
+  __dh_stat "$1" || { [ -n "${__dh_lead[$1]}" ]; return; }  # an old leader died since
+  [ "$2" -ge "$__st_start" ] || return 1
+  [ "$__st_ppid" = 0 ] || [ "${__dh_lead[$1]}" = "$__st_start" ]
 }
 __dh_reap() {
   local p sid start n=0 hit=1
@@ -90,11 +99,10 @@ __dh_reap() {
       p=${p#/proc/}
       [ "$p" = "$$" ] && continue
       __dh_stat "$p" || continue
-      sid=$__st_sid start=$__st_start
       [ "$__st_state" = Z ] && continue  # dead already, its parent not yet told
+      sid=$__st_sid start=$__st_start
       [ "${__dh_old[$p]}" = "$start" ] && continue
-      [ -n "${__dh_keep[$sid]}" ] && continue
-      if [ "$sid" != "$$" ] && __dh_stat "$sid" && [ "$__st_ppid" = 0 ]; then continue; fi
+      __dh_spared "$sid" "$start" && continue
       kill -KILL "$p" 2>/dev/null && hit=1
     done
   done
