@@ -201,7 +201,7 @@ def recorded_results(run: TurnRun, hooks: ToolHooks) -> Control:
 
 def _wiring(ctx: LaunchContext, hooks: ToolHooks, saver: BeforeIntent | None) -> Wiring:
     mcp = HostToolServer(
-        ctx.run.journal, ctx.tools, ctx.run.turn.session_id, ctx.gate.signal_secret
+        ctx.run.journal, ctx.tools, ctx.run.turn.session_id, ctx.gate.signal_secret, hooks.ledger
     )
     control = save_before_host_calls(
         ctx.run.journal, recorded_results(ctx.run, hooks), saver, prefix=HOST_TOOL_PREFIX
