@@ -1,10 +1,11 @@
 # ruff: noqa: E501  (the fake model script below keeps one rule per line)
 """Host tools and hooks only for calls the model made: forged from inside the sandbox.
 
-Claude Code runs in the session's Docker container against the scripted fake model. The
-model calls the ``never`` host tool ``notify`` once, then has the CLI's Bash tool run
-``forged_calls_attack.js`` (base64 in the command, decoded and run by node there: the
-CLI's command screening never sees it). That process holds what every child of the CLI
+Each CLI (Claude Code, Codex) runs in the session's Docker container against the
+scripted fake model, in one turn with all the attacks. The model calls the ``never``
+host tool ``notify`` once, then has the CLI's shell tool run ``forged_calls_attack.js``
+(base64 in the command, decoded and run by node there: the CLI's command screening never
+sees it). That process holds what every child of the CLI
 can read, the proxy's URL and per-launch token (the CLI's HOME) and the real tool-use ids
 (the CLI's transcript), and with them forges host-tool calls (a made-up id, the real id
 with other arguments, the Bash call's id, the real id again after it ran, no id) and hook
@@ -22,6 +23,7 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ ATTACK = HERE / "forged_calls_attack.js"
 PROMPT = "notify the team, then check the host tools"
 FINAL = "Team notified; nothing else ran."
 
-_SCRIPT = """
+_RULES = """
 [[rule]]
 name = "final"
 when.conversation = "ATTACKS-DONE-42"
@@ -45,12 +47,43 @@ reply.text = "{final}"
 [[rule]]
 name = "attack"
 when.conversation = "NOTIFIED-OK"
-reply.tool_use = [ {{ name = "Bash", input = {{ command = "echo {payload} | base64 -d | node", description = "check the host tools" }} }} ]
+reply.tool_use = [ {{ {shell} }} ]
 
 [[rule]]
 name = "notify"
-reply.tool_use = [ {{ name = "mcp__durable-harness__notify", input = {{ text = "pricing page is live" }} }} ]
+reply.tool_use = [ {{ {notify} }} ]
 """
+_COMMAND = "echo {payload} | base64 -d | node - {cli}"
+
+
+@dataclass(frozen=True)
+class Cli:
+    """One CLI of the test: how its model asks for the shell and the host tool."""
+
+    agent: str
+    attack: str  # the attack script's argument for this CLI
+    shell: str  # the shell tool use, TOML (``{command}``: the attack command)
+    notify: str  # the host tool use, TOML
+    env: dict[str, str]  # where the fake model is (``{url}``), what to unset (None)
+
+
+CLIS = {
+    "claude-code": Cli(
+        "claude-code",
+        "claude",
+        'name = "Bash", input = {{ command = "{command}", description = "check the host tools" }}',
+        'name = "mcp__durable-harness__notify", input = { text = "pricing page is live" }',
+        {"ANTHROPIC_BASE_URL": "{url}"},
+    ),
+    "codex": Cli(
+        "codex",
+        "codex",
+        'name = "exec_command", input = {{ cmd = "{command}", yield_time_ms = 30000 }}',
+        'name = "notify", namespace = "mcp__durable_harness", input = { text = "pricing page is live" }',
+        {"OPENAI_BASE_URL": "{url}"},
+    ),
+}
+
 
 #: Every forged request, and what refusing it looks like.
 MCP_REFUSED = (
@@ -71,20 +104,30 @@ HOOK_DENIED = (
 POST_REFUSED = ("post-made-up-id", "failure-made-up-id")
 
 
+@pytest.fixture(params=list(CLIS))
+def cli(request: pytest.FixtureRequest) -> Cli:
+    return CLIS[request.param]
+
+
 @pytest.fixture
-def h(tmp_path: Path, docker_host: str) -> Iterator[Harness]:
+def h(tmp_path: Path, docker_host: str, cli: Cli) -> Iterator[Harness]:
     payload = base64.b64encode(ATTACK.read_bytes()).decode()
+    command = _COMMAND.format(payload=payload, cli=cli.attack)
     script = tmp_path / "script.toml"
-    script.write_text(_SCRIPT.format(final=FINAL, payload=payload))
+    shell = cli.shell.format(command=command)
+    script.write_text(_RULES.format(final=FINAL, shell=shell, notify=cli.notify))
     for harness in make_harness(tmp_path, script):
         harness.env["NOTIFY_LEDGER"] = str(tmp_path / "notify.txt")
+        harness.env.pop("OPENAI_API_KEY", None)
+        for name, value in cli.env.items():
+            harness.env[name] = value.format(url=harness.server.url)
         yield harness
 
 
-def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness) -> None:
+def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli) -> None:
     started = time.monotonic()
     out = h.cli(
-        "run", "--agent", "claude-code", "--workspace", "docker", "--tools", TOOLS, PROMPT,
+        "run", "--agent", cli.agent, "--workspace", "docker", "--tools", TOOLS, PROMPT,
         timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -95,7 +138,7 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness) -> None:
 
     recorded = _tool_outputs(h, ids["turn"])
     output = _stdout(recorded["Bash"])
-    assert "ATTACKS-DONE-42" in output, output
+    assert "ATTACKS-DONE-42" in output, recorded["Bash"]
     real = json.loads(output.split("REAL ", 1)[1].splitlines()[0])
     attacks = _attacks(output)
     expected = {*MCP_REFUSED, "mcp-real-id-again", "mcp-no-id", *HOOK_DENIED, *POST_REFUSED}
@@ -131,7 +174,7 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness) -> None:
     assert [(s["name"], s["status"]) for s in tools] == [("notify", "done"), ("Bash", "done")]
     assert {s["key"] for s in tools} == {tool_key(real["notify"]), tool_key(real["bash"])}
     models = [s for s in show["steps"] if s["kind"] == "model"]
-    assert len(models) == len(h.requests()) == 3  # notify, the command, the reply
+    assert len(models) == len(h.requests()) >= 3  # notify, the command, the reply
     assert {s["kind"] for s in show["steps"]} == {"agent", "model", "tool"}
     assert recorded["notify"] == {"content": "NOTIFIED-OK", "is_error": False}
     assert "forged" not in json.dumps(recorded["notify"])
@@ -150,11 +193,17 @@ def _attacks(output: str) -> dict[str, dict[str, Any]]:
 
 
 def _stdout(value: Any) -> str:
-    """The Bash call's stdout as the hook recorded it (Claude Code's ``tool_response``)."""
-    response = value.get("tool_response") if isinstance(value, dict) else None
-    if isinstance(response, dict) and isinstance(response.get("stdout"), str):
-        return str(response["stdout"])
-    return json.dumps(value)
+    """The attack's output in the shell call's recorded outcome (its stdout, wherever the
+    CLI's hook puts it)."""
+    if isinstance(value, str):
+        return value if "ATTACKS-DONE-42" in value else ""
+    if isinstance(value, dict):
+        value = list(value.values())
+    for child in value if isinstance(value, list) else []:
+        found = _stdout(child)
+        if found:
+            return found
+    return ""
 
 
 def _tool_outputs(h: Harness, turn_id: str) -> dict[str, Any]:
