@@ -10,7 +10,10 @@ const fs = require("fs");
 const path = require("path");
 
 const home = process.env.HOME;
-const endpoint = JSON.parse(fs.readFileSync(path.join(home, "durable-harness-endpoint.json")));
+// Claude Code and Codex keep it in HOME; Pi's extension in .pi/agent (its variable says).
+const endpointFile = process.env.DURABLE_HARNESS_PI_ENDPOINT
+  || path.join(home, "durable-harness-endpoint.json");
+const endpoint = JSON.parse(fs.readFileSync(endpointFile));
 const { url, token } = endpoint;
 
 // Which CLI this is (the command's argument): how it names the host tool and its shell.
@@ -18,17 +21,20 @@ const cli = process.argv[2] || "claude";
 const CLIS = {
   claude: { hostPrefix: "mcp__durable-harness__", shell: "Bash", meta: "claudecode/toolUseId" },
   codex: { hostPrefix: "mcp__durable_harness__", shell: "Bash", meta: "callId" },
+  pi: { hostPrefix: "mcp__durable-harness__", shell: "bash", meta: "claudecode/toolUseId" },
 };
 const { hostPrefix, shell, meta } = CLIS[cli];
 
 // The model's real tool uses, as the CLI's session record (JSON lines under its HOME:
-// Claude Code's transcript, Codex's rollout) holds them: {name: {id, input}}.
+// Claude Code's transcript, Codex's rollout, Pi's session) holds them: {name: {id, input}}.
 const uses = {};
 function collect(value) {
   if (Array.isArray(value)) return value.forEach(collect);
   if (!value || typeof value !== "object") return;
   if (value.type === "tool_use" && value.id && !(value.name in uses)) {
     uses[value.name] = { id: value.id, input: value.input };
+  } else if (value.type === "toolCall" && value.id && !(value.name in uses)) {
+    uses[value.name] = { id: value.id, input: value.arguments };
   } else if (value.type === "function_call" && value.call_id) {
     const name = (value.namespace ? value.namespace + "__" : "") + value.name;
     let input = value.arguments;
@@ -49,12 +55,12 @@ function walk(dir) {
   }
 }
 walk(home);
-const notifyUse = uses[hostPrefix + "notify"];
-const shellUse = uses["Bash"] || uses["exec_command"];
+const notifyUse = uses[hostPrefix + "notify"] || uses["notify"];  // Pi's model: bare
+const shellUse = uses["Bash"] || uses["bash"] || uses["exec_command"];
 const notifyId = notifyUse.id;
 const bashId = shellUse.id;
 // The running command's own call as the CLI's hook reports it.
-const shellInput = uses["Bash"] ? shellUse.input : { command: shellUse.input.cmd };
+const shellInput = uses["exec_command"] ? { command: shellUse.input.cmd } : shellUse.input;
 console.log("REAL " + JSON.stringify({ notify: notifyId, bash: bashId }));
 
 async function post(where, body, headers) {

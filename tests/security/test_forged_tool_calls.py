@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (the fake model script below keeps one rule per line)
 """Host tools and hooks only for calls the model made: forged from inside the sandbox.
 
-Each CLI (Claude Code, Codex) runs in the session's Docker container against the
+Each CLI (Claude Code, Codex, Pi) runs in the session's Docker container against the
 scripted fake model, in one turn with all the attacks. The model calls the ``never``
 host tool ``notify`` once, then has the CLI's shell tool run ``forged_calls_attack.js``
 (base64 in the command, decoded and run by node there: the CLI's command screening never
@@ -64,7 +64,8 @@ class Cli:
     attack: str  # the attack script's argument for this CLI
     shell: str  # the shell tool use, TOML (``{command}``: the attack command)
     notify: str  # the host tool use, TOML
-    env: dict[str, str]  # where the fake model is (``{url}``), what to unset (None)
+    env: dict[str, str]  # where the fake model is (``{url}``)
+    shell_step: str = "Bash"  # the shell call's step name (as the CLI's hooks name it)
 
 
 CLIS = {
@@ -81,6 +82,14 @@ CLIS = {
         'name = "exec_command", input = {{ cmd = "{command}", yield_time_ms = 30000 }}',
         'name = "notify", namespace = "mcp__durable_harness", input = { text = "pricing page is live" }',
         {"OPENAI_BASE_URL": "{url}"},
+    ),
+    "pi": Cli(
+        "pi",
+        "pi",
+        'name = "bash", input = {{ command = "{command}" }}',
+        'name = "notify", input = { text = "pricing page is live" }',
+        {"ANTHROPIC_BASE_URL": "{url}"},
+        shell_step="bash",
     ),
 }
 
@@ -127,7 +136,8 @@ def h(tmp_path: Path, docker_host: str, cli: Cli) -> Iterator[Harness]:
 def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli) -> None:
     started = time.monotonic()
     out = h.cli(
-        "run", "--agent", cli.agent, "--workspace", "docker", "--tools", TOOLS, PROMPT,
+        "run", "--agent", cli.agent, "--workspace", "docker", "--tools", TOOLS,
+        "--max-model-calls", "10", PROMPT,
         timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -137,8 +147,8 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
     seconds = time.monotonic() - started
 
     recorded = _tool_outputs(h, ids["turn"])
-    output = _stdout(recorded["Bash"])
-    assert "ATTACKS-DONE-42" in output, recorded["Bash"]
+    output = _stdout(recorded[cli.shell_step])
+    assert "ATTACKS-DONE-42" in output, recorded
     real = json.loads(output.split("REAL ", 1)[1].splitlines()[0])
     attacks = _attacks(output)
     expected = {*MCP_REFUSED, "mcp-real-id-again", "mcp-no-id", *HOOK_DENIED, *POST_REFUSED}
@@ -171,7 +181,10 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
     assert len(notified) == 1 and notified[0].endswith(" pricing page is live"), notified
     # The journal holds the model's two calls, each done, and nothing forged.
     tools = [s for s in show["steps"] if s["kind"] == "tool"]
-    assert [(s["name"], s["status"]) for s in tools] == [("notify", "done"), ("Bash", "done")]
+    assert [(s["name"], s["status"]) for s in tools] == [
+        ("notify", "done"),
+        (cli.shell_step, "done"),
+    ]
     assert {s["key"] for s in tools} == {tool_key(real["notify"]), tool_key(real["bash"])}
     models = [s for s in show["steps"] if s["kind"] == "model"]
     assert len(models) == len(h.requests()) >= 3  # notify, the command, the reply
