@@ -168,7 +168,9 @@ def _bash_timeouts(ceiling: float) -> dict[str, str]:
 def _wiring(ctx: LaunchContext, hooks: ToolHooks, saver: BeforeIntent | None) -> Wiring:
     # No save before a host call: Claude Code's PreToolUse hook runs for MCP tools too.
     run = ctx.run
-    mcp = HostToolServer(run.journal, ctx.tools, run.turn.session_id, ctx.gate.signal_secret)
+    mcp = HostToolServer(
+        run.journal, ctx.tools, run.turn.session_id, ctx.gate.signal_secret, hooks.ledger
+    )
     return Wiring(hooks.handle, mcp.handle)
 
 

@@ -48,7 +48,8 @@ from durable_harness.adapters.cli.launches import (
     finished_reply,
     run_launches,
 )
-from durable_harness.adapters.cli.spec import CliSpec, LaunchContext
+from durable_harness.adapters.cli.ledger import ToolLedger
+from durable_harness.adapters.cli.spec import BeforeIntent, CliSpec, LaunchContext
 from durable_harness.adapters.cli.waits import WaitGate
 from durable_harness.adapters.cli.where import Workspaces, check_where, open_cli_host
 from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallbacks, Upstream
@@ -157,6 +158,8 @@ class CliLauncher:
         self._save_lock = threading.Lock()
         self.workspaces = Workspaces(run, self._save_lock)
         self.gate = WaitGate.for_turn(run)
+        # The turn's model-made tool uses: hooks and host tools accept no other id.
+        self.ledger = ToolLedger(run.journal)
         self.tools: list[Tool] = [
             *load_user_tools(self.turn_config.tools, WAIT_TOOL_NAMES),
             *self.gate.tools,
@@ -204,6 +207,8 @@ class CliLauncher:
         if cli is None and sandbox is not None and not journal.replay_only:
             self.workspaces.restore(sandbox)  # a new container gets the workspace back
         saver = None if journal.replay_only else spec.record.saver(ctx, self._save_lock)
+        if saver is not None:
+            saver = self._model_made(saver)
         hooks = ToolHooks(
             journal,
             spec.replay_policy(self.config),
@@ -212,6 +217,9 @@ class CliLauncher:
             waits=self.gate,
             outcome_meta=None if sandbox is None else self.workspaces.saver(sandbox),
             adopt=cli is not None,
+            ledger=self.ledger,
+            same_call=spec.same_call,
+            host_tools=frozenset(t.name for t in self.tools),
         )
         if cli is not None:
             hooks.session_started.set()  # it started under the earlier worker
@@ -246,6 +254,16 @@ class CliLauncher:
         # The launch's HOME (with the record) goes once the launch is journaled
         # (run_launches): a worker that dies before re-attaches and reads it again.
         return outcome
+
+    def _model_made(self, saver: BeforeIntent) -> BeforeIntent:
+        """``saver`` for model-made tool uses only: a made-up id (refused by the hooks)
+        costs no record save (nor a wait for the record to hold it)."""
+
+        def before_intent(reported: str | None, tool_use_id: str) -> None:
+            if self.ledger.find(tool_use_id) is not None:
+                saver(reported, tool_use_id)
+
+        return before_intent
 
     def _on_request(self, hooks: ToolHooks) -> Callable[[dict[str, Any]], None]:
         def on_request(body: dict[str, Any]) -> None:

@@ -25,6 +25,13 @@ over (otherwise the call is deferred and the turn parked).
 :class:`ReplayPolicy` gives Claude Code's own tools their labels: read-only tools are
 ``safe``; Bash, Edit, Write and every other tool are ``never`` unless the user's
 configuration marks them safe (a tool by name, or Bash commands by pattern).
+
+With a :class:`~.cli.ledger.ToolLedger`, a hook event counts only for a tool use the
+model made this turn: a PreToolUse for an id no recorded model response holds, or with
+another tool or input (compared by the spec's ``same_call``), is denied before anything
+is journaled; a PostToolUse (or an outcome read from a model request) finishes only a
+step this launch opened through that check, or (re-attached) an open intent of the CLI's
+own tool for a model-made id, never a host tool's or a wait's.
 """
 
 from __future__ import annotations
@@ -38,18 +45,45 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from durable_harness.adapters.cli.mcp import host_names
+from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.keys import tool_key
 from durable_harness.core.types import Replay, StepStatus
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
 
 if TYPE_CHECKING:
+    from durable_harness.adapters.cli.ledger import ToolLedger, ToolUse
     from durable_harness.adapters.cli.waits import WaitGate
 
-__all__ = ["AgentConfig", "Control", "ReplayPolicy", "ToolHooks", "save_before_host_calls"]
+__all__ = [
+    "AgentConfig",
+    "Control",
+    "ReplayPolicy",
+    "SameCall",
+    "ToolHooks",
+    "same_call",
+    "save_before_host_calls",
+]
 
 #: A CLI's hook handler: (event, payload) -> the answer the CLI reads.
 Control = Callable[[str, dict[str, Any]], dict[str, Any]]
+#: Whether a hook's ``(tool_name, tool_input)`` is the model's tool use, as the CLI
+#: reports its own tools (Codex renames and reshapes its shell tool).
+SameCall = Callable[["ToolUse", str, Any], bool]
+
+
+def same_call(use: ToolUse, name: str, tool_input: Any) -> bool:
+    """The CLI reports the model's call as it was: same name, same input."""
+    return use.name == name and use.canonical == _canonical(tool_input)
+
+
+def _canonical(value: Any) -> str:
+    try:
+        return canonical_json({} if value is None else value)
+    except (TypeError, ValueError):
+        return repr(value)
+
 
 #: Claude Code tools that only read (files, the web, the CLI's own task list).
 SAFE_TOOLS = frozenset(
@@ -142,6 +176,9 @@ class ToolHooks:
     ``outcome_meta()`` runs before an outcome is recorded; what it returns joins the
     outcome's meta (a workspace snapshot's digest). ``adopt``: the CLI started under an
     earlier worker (re-attached), so a PostToolUse may finish an intent that worker opened.
+    ``ledger``: the turn's model-made tool uses (None: every id is taken at its word, as
+    the unit tests of the journal rules do); ``same_call`` compares a CLI tool's hook
+    with the model's use; ``host_tools``: the names served over MCP (never finished here).
     """
 
     def __init__(
@@ -154,8 +191,14 @@ class ToolHooks:
         waits: WaitGate | None = None,
         outcome_meta: Callable[[], dict[str, Any]] | None = None,
         adopt: bool = False,
+        ledger: ToolLedger | None = None,
+        same_call: SameCall = same_call,
+        host_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.journal = journal
+        self.ledger = ledger
+        self.same_call = same_call
+        self.host_tools = host_tools
         self.policy = policy
         self.host_tool_prefix = host_tool_prefix
         self.before_intent = before_intent
@@ -174,6 +217,10 @@ class ToolHooks:
         if event == "PreToolUse":
             return self.pre_tool_use(payload)
         if event in ("PostToolUse", "PostToolUseFailure"):
+            tool_use_id = str(payload.get("tool_use_id") or "")
+            if self.ledger is not None and self.ledger.find(tool_use_id) is None:
+                # Not a model's call: say so, and record nothing (never fails the turn).
+                return {"refused": self.ledger.refusal(tool_use_id, (), None)}
             self.post_tool_use(payload)
             return {}
         return {}
@@ -184,11 +231,20 @@ class ToolHooks:
         if not tool_use_id:
             return deny("durable-harness: this tool call has no tool_use_id to journal it by")
         tool_input = payload.get("tool_input") or {}
+        refused = self.refusal(tool_use_id, name, tool_input)
+        if refused is not None:
+            return deny(refused)
         if name.startswith(self.host_tool_prefix):
             bare = name.removeprefix(self.host_tool_prefix)
             if self.waits is not None and self.waits.handles(bare):
                 return self.waits.pre_tool_use(bare, tool_input, tool_use_id)
             return allow("a durable-harness host tool: journaled by the harness itself")
+        with self._lock:
+            running = tool_use_id in self.open
+        if running:
+            # Opened once already and not finished: a second PreToolUse is not the CLI's
+            # (it would end the running call "possibly ran").
+            return deny("durable-harness refused: this tool use is already running")
         key = tool_key(tool_use_id)
         if self.journal.lookup(key) is None and self.before_intent is not None:
             self.before_intent(payload.get("transcript_path"), tool_use_id)
@@ -210,6 +266,23 @@ class ToolHooks:
         with self._lock:
             self.open[tool_use_id] = begun
         return allow()
+
+    def refusal(self, tool_use_id: str, name: str, tool_input: Any) -> str | None:
+        """Why a PreToolUse is not a call the model made (None: it is, or no ledger)."""
+        if self.ledger is None:
+            return None
+        if name.startswith(self.host_tool_prefix):
+            bare = name.removeprefix(self.host_tool_prefix)
+            return self.ledger.refusal(tool_use_id, host_names(bare), tool_input)
+        use = self.ledger.find(tool_use_id)
+        if use is None:
+            return self.ledger.refusal(tool_use_id, [name], tool_input)
+        if not self.same_call(use, name, tool_input):
+            return (
+                f"durable-harness refused: tool use {tool_use_id!r} is not this call of "
+                f"{name!r} (the model asked for {use.name!r} with other input)"
+            )
+        return None
 
     def post_tool_use(self, payload: dict[str, Any]) -> None:
         tool_use_id = str(payload.get("tool_use_id") or "")
@@ -244,6 +317,10 @@ class ToolHooks:
             recorded = self.journal.lookup(tool_key(tool_use_id))
             if recorded is None or recorded.status is not StepStatus.INTENT:
                 return None
+            if recorded.name in self.host_tools or (
+                self.ledger is not None and self.ledger.find(tool_use_id) is None
+            ):
+                return None  # a host tool's or a wait's, or no model's: not the hooks' to end
             self._adopted.add(tool_use_id)
             return OpenStep(recorded, time.monotonic())
 

@@ -9,22 +9,38 @@ and follows the tool's own replay label, exactly as in the built-in agent:
 * intent without outcome: a ``safe`` tool runs again, a ``never`` tool returns the
   *possibly ran* message as an error result;
 * nothing recorded: intent, run (with the step's idempotency key), outcome.
+
+With a :class:`~.cli.ledger.ToolLedger` (every CLI launch has one), a call is served only
+for a tool use the model made this turn, with the same tool and arguments, and runs at
+most once per id: anything else is refused with an error result (the token that reaches
+the sandbox is no licence to run a host tool).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import TurnSuspended
 from durable_harness.core.keys import tool_key
 from durable_harness.core.types import StepStatus
-from durable_harness.harness.journal import Journal, Outcome, StepResult
+from durable_harness.harness.journal import Journal, Outcome, StepResult, decode_output
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
 
-__all__ = ["SERVER_NAME", "HostToolServer"]
+if TYPE_CHECKING:
+    from durable_harness.adapters.cli.ledger import ToolLedger
+
+__all__ = ["HOST_PREFIXES", "SERVER_NAME", "HostToolServer", "host_names"]
 
 SERVER_NAME = "durable-harness"
+#: How the CLIs name a host tool to the model or to their hooks: Claude Code's (and Pi's
+#: hooks') ``mcp__durable-harness__``, Codex's ``mcp__durable_harness__`` (its Responses
+#: namespace joined by ``__``), OpenCode's ``durable-harness_``; Pi's model sees it bare.
+HOST_PREFIXES = (
+    f"mcp__{SERVER_NAME}__",
+    f"mcp__{SERVER_NAME.replace('-', '_')}__",
+    f"{SERVER_NAME}_",
+)
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 TOOL_USE_META = "claudecode/toolUseId"
 
@@ -33,9 +49,15 @@ class HostToolServer:
     """JSON-RPC handler for one launch: ``handle(message) -> reply | None``."""
 
     def __init__(
-        self, journal: Journal, tools: list[Tool], session_id: str, signal_secret: str = ""
+        self,
+        journal: Journal,
+        tools: list[Tool],
+        session_id: str,
+        signal_secret: str = "",
+        ledger: ToolLedger | None = None,
     ) -> None:
         self.journal = journal
+        self.ledger = ledger
         self.tools = {t.name: t for t in tools}
         self.session_id = session_id
         self.signal_secret = signal_secret
@@ -85,6 +107,12 @@ class HostToolServer:
             return _result(f"unknown tool {name!r}", True)
         if not isinstance(tool_use_id, str) or not tool_use_id:
             return _result("durable-harness: the call has no tool_use_id to journal it by", True)
+        if self.ledger is not None:
+            refused = self.ledger.refusal(tool_use_id, host_names(name), arguments)
+            if refused is not None:
+                return _result(refused, True)
+            if not self.ledger.claim(tool_use_id):
+                return self._again(tool_use_id)
         begun = self.journal.begin_keyed(
             kind="tool",
             name=name,
@@ -111,6 +139,21 @@ class HostToolServer:
             value = {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
         self.journal.end(begun, Outcome(value, {"source": "mcp"}))
         return _result(str(value["content"]), bool(value["is_error"]))
+
+    def _again(self, tool_use_id: str) -> dict[str, Any]:
+        """A second call with an id this worker already served: the recorded outcome if
+        there is one, else a refusal; never a second run."""
+        recorded = self.journal.lookup(tool_key(tool_use_id))
+        if recorded is not None and recorded.status is StepStatus.DONE:
+            value = decode_output(self.journal.world, recorded)
+            if isinstance(value, dict):
+                return _result(str(value.get("content", "")), bool(value.get("is_error")))
+        return _result("durable-harness refused: this tool use was already called", True)
+
+
+def host_names(bare: str) -> set[str]:
+    """Every name under which a model may have asked for the host tool ``bare``."""
+    return {bare, *(prefix + bare for prefix in HOST_PREFIXES)}
 
 
 def _result(text: str, is_error: bool) -> dict[str, Any]:

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from durable_harness.adapters.base import TurnRun
-from durable_harness.adapters.cli.hooks import AgentConfig, ReplayPolicy, ToolHooks
+from durable_harness.adapters.cli.hooks import (
+    AgentConfig,
+    ReplayPolicy,
+    SameCall,
+    ToolHooks,
+    same_call,
+)
 from durable_harness.adapters.cli.host import CliHost, CliLaunch, Finished
 from durable_harness.adapters.cli.launches import LaunchPlan
 from durable_harness.adapters.cli.waits import WaitGate
@@ -153,6 +159,9 @@ class CliSpec:
     close_from_request: Callable[[ToolHooks, dict[str, Any]], None]
     #: Names a host tool may not take (the CLI's own tools).
     reserved_tools: frozenset[str] = frozenset()
+    #: Whether a hook's ``(tool_name, tool_input)`` of the CLI's own tool is the model's
+    #: tool use (cli/ledger.py): by default the same name and input.
+    same_call: SameCall = same_call
     #: Whether a resumed launch's stored plan names its number (``launch``): OpenCode's
     #: never did, and the stored plan keeps its spelling.
     numbered_resumes: bool = True

@@ -47,9 +47,11 @@ from durable_harness.adapters.cli.hooks import (
     AgentConfig,
     ReplayPolicy,
     ToolHooks,
+    same_call,
     save_before_host_calls,
 )
 from durable_harness.adapters.cli.host import CliHost, CliLaunch, Finished
+from durable_harness.adapters.cli.ledger import ToolUse
 from durable_harness.adapters.cli.mcp import SERVER_NAME
 from durable_harness.adapters.cli.records import TranscriptStore, compose_resume_message
 from durable_harness.adapters.cli.spec import BeforeIntent, CliSpec, LaunchContext, Wiring
@@ -109,6 +111,16 @@ class CodexReplayPolicy(ReplayPolicy):
         if alias is not None and tool_name not in overrides and alias in overrides:
             return overrides[alias]
         return super().label(tool_name, tool_input)
+
+
+def _same_call(use: ToolUse, name: str, tool_input: Any) -> bool:
+    """Codex reports ``exec_command`` ``{"cmd": …}`` to its hooks as ``Bash``
+    ``{"command": …}``: that call is the model's when the command is the same."""
+    if name == "Bash" and use.name == "exec_command":
+        given = tool_input.get("command") if isinstance(tool_input, dict) else None
+        asked = use.input.get("cmd") if isinstance(use.input, dict) else None
+        return isinstance(asked, str) and given == asked
+    return same_call(use, name, tool_input)
 
 
 def _codex_home(ctx: LaunchContext) -> str:
@@ -261,7 +273,9 @@ def _config_toml(ctx: LaunchContext, url: str) -> str:
 
 def _wiring(ctx: LaunchContext, hooks: ToolHooks, saver: BeforeIntent | None) -> Wiring:
     run = ctx.run
-    mcp = CodexHostTools(run.journal, ctx.tools, run.turn.session_id, ctx.gate.signal_secret)
+    mcp = CodexHostTools(
+        run.journal, ctx.tools, run.turn.session_id, ctx.gate.signal_secret, hooks.ledger
+    )
     control = save_before_host_calls(run.journal, hooks.handle, saver, HOST_TOOL_PREFIX)
     return Wiring(control, mcp.handle)
 
@@ -317,4 +331,5 @@ SPEC = CliSpec(
     hooks_wait=10.0,
     hooks_missing="Codex did not run the durable-harness hooks (no SessionStart arrived)",
     close_from_request=_close_from_request,
+    same_call=_same_call,
 )

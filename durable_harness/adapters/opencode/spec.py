@@ -222,7 +222,12 @@ def _launch(ctx: LaunchContext, endpoint: str) -> CliLaunch:
 def _wiring(ctx: LaunchContext, hooks: ToolHooks, saver: BeforeIntent | None) -> Wiring:
     run, call_ids = ctx.run, CallIds()
     mcp = OpenCodeHostTools(
-        run.journal, ctx.tools, run.turn.session_id, ctx.gate.signal_secret, call_ids=call_ids
+        run.journal,
+        ctx.tools,
+        run.turn.session_id,
+        ctx.gate.signal_secret,
+        hooks.ledger,
+        call_ids=call_ids,
     )
     control = save_before_host_calls(run.journal, hooks.handle, saver, HOST_TOOL_PREFIX)
     return Wiring(call_ids.control(control), mcp.handle)

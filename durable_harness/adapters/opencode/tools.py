@@ -48,14 +48,17 @@ class CallIds:
         """Wrap the hooks' ``/_dh/<event>`` handler: note host calls' ids on the way."""
 
         def handle(event: str, payload: dict[str, Any]) -> dict[str, Any]:
+            reply = inner(event, payload)
             name = str(payload.get("tool_name") or "")
-            if event == "PreToolUse" and name.startswith(HOST_TOOL_PREFIX):
+            # Announced once the hooks allowed it (the MCP call comes only after the
+            # plugin has the answer): a refused, made-up id never reaches an MCP call.
+            if event == "PreToolUse" and name.startswith(HOST_TOOL_PREFIX) and _allowed(reply):
                 call_id = str(payload.get("tool_use_id") or "")
                 if call_id:
                     self.announce(
                         name.removeprefix(HOST_TOOL_PREFIX), payload.get("tool_input"), call_id
                     )
-            return inner(event, payload)
+            return reply
 
         return handle
 
@@ -74,6 +77,11 @@ class OpenCodeHostTools(HostToolServer):
             if call_id is not None:
                 meta[TOOL_USE_META] = call_id
         return super().call({**params, "_meta": meta})
+
+
+def _allowed(reply: dict[str, Any]) -> bool:
+    decision = (reply.get("hookSpecificOutput") or {}).get("permissionDecision")
+    return decision != "deny"
 
 
 def _arguments_key(arguments: Any) -> str:

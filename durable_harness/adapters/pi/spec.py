@@ -185,7 +185,9 @@ def recorded_results(run: TurnRun, hooks: ToolHooks) -> Control:
             return hooks.handle(event, payload)
         tool_use_id = str(payload.get("tool_use_id") or "")
         opened = tool_use_id in hooks.open
-        hooks.handle(event, payload)
+        reply = hooks.handle(event, payload)
+        if "refused" in reply:
+            return reply  # not a call the model made: nothing recorded, nothing replaced
         recorded = None if opened else run.journal.lookup(tool_key(tool_use_id))
         if recorded is not None and recorded.status is StepStatus.DONE:
             # Ran although the journal already had its outcome: the model must see
@@ -201,7 +203,7 @@ def recorded_results(run: TurnRun, hooks: ToolHooks) -> Control:
 
 def _wiring(ctx: LaunchContext, hooks: ToolHooks, saver: BeforeIntent | None) -> Wiring:
     mcp = HostToolServer(
-        ctx.run.journal, ctx.tools, ctx.run.turn.session_id, ctx.gate.signal_secret
+        ctx.run.journal, ctx.tools, ctx.run.turn.session_id, ctx.gate.signal_secret, hooks.ledger
     )
     control = save_before_host_calls(
         ctx.run.journal, recorded_results(ctx.run, hooks), saver, prefix=HOST_TOOL_PREFIX

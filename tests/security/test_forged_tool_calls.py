@@ -1,0 +1,233 @@
+# ruff: noqa: E501  (the fake model script below keeps one rule per line)
+"""Host tools and hooks only for calls the model made: forged from inside the sandbox.
+
+Each CLI (Claude Code, Codex, Pi) runs in the session's Docker container against the
+scripted fake model, in one turn with all the attacks. The model calls the ``never``
+host tool ``notify`` once, then has the CLI's shell tool run ``forged_calls_attack.js``
+(base64 in the command, decoded and run by node there: the CLI's command screening never
+sees it). That process holds what every child of the CLI
+can read, the proxy's URL and per-launch token (the CLI's HOME) and the real tool-use ids
+(the CLI's transcript), and with them forges host-tool calls (a made-up id, the real id
+with other arguments, the Bash call's id, the real id again after it ran, no id) and hook
+events (PreToolUse for made-up ids, for real ids with other tools or input, for the
+running Bash call again; PostToolUse and PostToolUseFailure with made-up outcomes).
+
+Each is refused with a clear reply and the turn still finishes with the scripted reply;
+``notify`` ran once (its ledger file on the host, one line); the journal holds exactly
+the model's two tool calls and no step for a forged id.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import Harness, ids_of, make_harness
+
+from durable_harness.core.keys import tool_key
+
+HERE = Path(__file__).resolve().parent
+TOOLS = f"{HERE.parent / 'fixtures' / 'claude_tools.py'}:TOOLS"
+ATTACK = HERE / "forged_calls_attack.js"
+PROMPT = "notify the team, then check the host tools"
+FINAL = "Team notified; nothing else ran."
+
+_RULES = """
+[[rule]]
+name = "final"
+when.conversation = "ATTACKS-DONE-42"
+reply.text = "{final}"
+
+[[rule]]
+name = "attack"
+when.conversation = "NOTIFIED-OK"
+reply.tool_use = [ {{ {shell} }} ]
+
+[[rule]]
+name = "notify"
+reply.tool_use = [ {{ {notify} }} ]
+"""
+_COMMAND = "echo {payload} | base64 -d | node - {cli}"
+
+
+@dataclass(frozen=True)
+class Cli:
+    """One CLI of the test: how its model asks for the shell and the host tool."""
+
+    agent: str
+    attack: str  # the attack script's argument for this CLI
+    shell: str  # the shell tool use, TOML (``{command}``: the attack command)
+    notify: str  # the host tool use, TOML
+    env: dict[str, str]  # where the fake model is (``{url}``)
+    shell_step: str = "Bash"  # the shell call's step name (as the CLI's hooks name it)
+
+
+CLIS = {
+    "claude-code": Cli(
+        "claude-code",
+        "claude",
+        'name = "Bash", input = {{ command = "{command}", description = "check the host tools" }}',
+        'name = "mcp__durable-harness__notify", input = { text = "pricing page is live" }',
+        {"ANTHROPIC_BASE_URL": "{url}"},
+    ),
+    "codex": Cli(
+        "codex",
+        "codex",
+        'name = "exec_command", input = {{ cmd = "{command}", yield_time_ms = 30000 }}',
+        'name = "notify", namespace = "mcp__durable_harness", input = { text = "pricing page is live" }',
+        {"OPENAI_BASE_URL": "{url}"},
+    ),
+    "pi": Cli(
+        "pi",
+        "pi",
+        'name = "bash", input = {{ command = "{command}" }}',
+        'name = "notify", input = { text = "pricing page is live" }',
+        {"ANTHROPIC_BASE_URL": "{url}"},
+        shell_step="bash",
+    ),
+}
+
+
+#: Every forged request, and what refusing it looks like.
+MCP_REFUSED = (
+    "mcp-made-up-id",
+    "mcp-made-up-id-real-args",
+    "mcp-real-id-other-args",
+    "mcp-bash-id",
+)
+HOOK_DENIED = (
+    "pre-made-up-bash",
+    "pre-made-up-host",
+    "pre-real-host-other-args",
+    "pre-bash-id-other-command",
+    "pre-bash-id-again",
+    "pre-notify-id-as-bash",
+    "pre-made-up-wait",
+)
+POST_REFUSED = ("post-made-up-id", "failure-made-up-id")
+
+
+@pytest.fixture(params=list(CLIS))
+def cli(request: pytest.FixtureRequest) -> Cli:
+    return CLIS[request.param]
+
+
+@pytest.fixture
+def h(tmp_path: Path, docker_host: str, cli: Cli) -> Iterator[Harness]:
+    payload = base64.b64encode(ATTACK.read_bytes()).decode()
+    command = _COMMAND.format(payload=payload, cli=cli.attack)
+    script = tmp_path / "script.toml"
+    shell = cli.shell.format(command=command)
+    script.write_text(_RULES.format(final=FINAL, shell=shell, notify=cli.notify))
+    for harness in make_harness(tmp_path, script):
+        harness.env["NOTIFY_LEDGER"] = str(tmp_path / "notify.txt")
+        harness.env.pop("OPENAI_API_KEY", None)
+        for name, value in cli.env.items():
+            harness.env[name] = value.format(url=harness.server.url)
+        yield harness
+
+
+def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli) -> None:
+    started = time.monotonic()
+    out = h.cli(
+        "run", "--agent", cli.agent, "--workspace", "docker", "--tools", TOOLS,
+        "--max-model-calls", "10", PROMPT,
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == FINAL
+    ids = ids_of(out)
+    show = h.show(ids["turn"])
+    seconds = time.monotonic() - started
+
+    recorded = _tool_outputs(h, ids["turn"])
+    output = _stdout(recorded[cli.shell_step])
+    assert "ATTACKS-DONE-42" in output, recorded
+    real = json.loads(output.split("REAL ", 1)[1].splitlines()[0])
+    attacks = _attacks(output)
+    expected = {*MCP_REFUSED, "mcp-real-id-again", "mcp-no-id", *HOOK_DENIED, *POST_REFUSED}
+    expected |= {"post-real-host-id"}
+    assert set(attacks) == expected, sorted(attacks)
+
+    for name in MCP_REFUSED:
+        result = attacks[name]["reply"]["result"]
+        assert result["isError"] is True, (name, result)
+        assert result["content"][0]["text"].startswith("durable-harness refused"), (name, result)
+    # The real id again, after it ran: its recorded result, not a second run.
+    again = attacks["mcp-real-id-again"]["reply"]["result"]
+    assert again["content"][0]["text"] == "NOTIFIED-OK", again
+    no_id = attacks["mcp-no-id"]["reply"]["result"]
+    assert no_id["isError"] is True and "no tool_use_id" in no_id["content"][0]["text"]
+    # A PostToolUse for the host tool's real id: the MCP handler journaled that call, so
+    # the hooks record nothing (the outcome below is the tool's own).
+    assert attacks["post-real-host-id"] == {"status": 200, "reply": {}}
+    for name in HOOK_DENIED:
+        decision = attacks[name]["reply"]["hookSpecificOutput"]
+        assert attacks[name]["status"] == 200, (name, attacks[name])
+        assert decision["permissionDecision"] == "deny", (name, decision)
+        assert "refused" in decision["permissionDecisionReason"], (name, decision)
+    for name in POST_REFUSED:
+        assert attacks[name]["status"] == 200, (name, attacks[name])
+        assert "refused" in attacks[name]["reply"]["refused"], (name, attacks[name])
+
+    # The never tool ran exactly as often as the model asked: once, with its arguments.
+    notified = (h.tmp / "notify.txt").read_text().splitlines()
+    assert len(notified) == 1 and notified[0].endswith(" pricing page is live"), notified
+    # The journal holds the model's two calls, each done, and nothing forged.
+    tools = [s for s in show["steps"] if s["kind"] == "tool"]
+    assert [(s["name"], s["status"]) for s in tools] == [
+        ("notify", "done"),
+        (cli.shell_step, "done"),
+    ]
+    assert {s["key"] for s in tools} == {tool_key(real["notify"]), tool_key(real["bash"])}
+    models = [s for s in show["steps"] if s["kind"] == "model"]
+    assert len(models) == len(h.requests()) >= 3  # notify, the command, the reply
+    assert {s["kind"] for s in show["steps"]} == {"agent", "model", "tool"}
+    assert recorded["notify"] == {"content": "NOTIFIED-OK", "is_error": False}
+    assert "forged" not in json.dumps(recorded["notify"])
+    assert seconds < 240, seconds
+    refused = len(MCP_REFUSED) + 1 + len(HOOK_DENIED) + len(POST_REFUSED)
+    print(f"\nforged: {refused} refused, 1 ignored, 1 answered from the journal; {seconds:.1f}s")
+
+
+def _attacks(output: str) -> dict[str, dict[str, Any]]:
+    found = {}
+    for line in output.splitlines():
+        if line.startswith("ATTACK "):
+            _, name, reply = line.split(" ", 2)
+            found[name] = json.loads(reply)
+    return found
+
+
+def _stdout(value: Any) -> str:
+    """The attack's output in the shell call's recorded outcome (its stdout, wherever the
+    CLI's hook puts it)."""
+    if isinstance(value, str):
+        return value if "ATTACKS-DONE-42" in value else ""
+    if isinstance(value, dict):
+        value = list(value.values())
+    for child in value if isinstance(value, list) else []:
+        found = _stdout(child)
+        if found:
+            return found
+    return ""
+
+
+def _tool_outputs(h: Harness, turn_id: str) -> dict[str, Any]:
+    """Each tool step's recorded outcome, by tool name, read from the World itself."""
+    from durable_harness.harness.journal import decode_output
+    from durable_harness.worlds import open_world
+
+    world = open_world(h.env["DURABLE_HARNESS_DATA_DIR"])
+    try:
+        return {
+            s.name: decode_output(world, s) for s in world.load_steps(turn_id) if s.kind == "tool"
+        }
+    finally:
+        world.close()
