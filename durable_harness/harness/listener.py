@@ -267,6 +267,10 @@ class _QuietCuts(logging.Filter):
 
 
 logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
+# uvicorn warns of each malformed request it refuses; without this, Python's last-resort
+# handler would print every one on a worker's stderr (the process's logging config still
+# receives them).
+logging.getLogger("uvicorn").addHandler(logging.NullHandler())
 
 
 class Exchange:
