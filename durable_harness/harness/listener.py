@@ -26,7 +26,7 @@ requests never wait for each other and a stuck handler never holds the event loo
 response (:meth:`~Exchange.send`) or a streamed one (:meth:`~Exchange.start`,
 :meth:`~Exchange.write` each piece as it is ready, :meth:`~Exchange.end`), or
 :meth:`~Exchange.cut` to drop the connection mid-response, as a dying server would.
-Each write is handed to the event loop without waiting; asyncio sockets are
+Each write is handed to the event loop without waiting; every connection is
 ``TCP_NODELAY``, so a small write is not held back by Nagle's algorithm.
 
 :func:`token_matches` compares a presented credential in constant time and never raises
@@ -211,6 +211,12 @@ def _protocol(limits: Limits) -> type[asyncio.Protocol]:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            # asyncio sets TCP_NODELAY only on sockets made with proto=IPPROTO_TCP, which an
+            # accepted one is not: without it each small write (an SSE event after the
+            # headers) waits for the client's delayed ACK, 40 ms on Linux.
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._await_headers()
 
         def _await_headers(self) -> None:
