@@ -43,7 +43,8 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -394,9 +395,12 @@ class Listener:
         port: int = 0,
         limits: Limits | None = None,
         name: str = "listener",
+        lifespans: Sequence[Callable[[], AbstractAsyncContextManager[Any]]] = (),
     ) -> None:
         self.limits = limits or Limits.from_settings()
         self.name = name
+        #: Entered on the listener's loop before it serves, left after (an app's task group).
+        self._lifespans = tuple(lifespans)
         # OSError (the port is taken) reaches the caller, which words it.
         self._socket = socket.create_server((host, port), backlog=self.limits.backlog)
         config = uvicorn.Config(
@@ -466,9 +470,16 @@ class Listener:
         self._stop = asyncio.Event()
         server.config.load()
         server.lifespan = server.config.lifespan_class(server.config)
-        await server.startup(sockets=[self._socket])
-        self._ready.set()
-        await self._stop.wait()
+        async with contextlib.AsyncExitStack() as stack:
+            for lifespan in self._lifespans:
+                await stack.enter_async_context(lifespan())
+            await server.startup(sockets=[self._socket])
+            self._ready.set()
+            await self._stop.wait()
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        server = self._server
         # uvicorn's own shutdown waits for every connection in 0.1 s steps and without a
         # bound; a stopping harness only lets the answers in flight finish briefly.
         for listening in server.servers:

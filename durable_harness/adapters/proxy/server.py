@@ -26,8 +26,9 @@ For each model call (``POST /v1/messages``, ``/v1/responses``, ``/v1/chat/comple
 ``POST /v1/messages/count_tokens`` and ``GET /v1/models`` are forwarded unjournaled (they
 cost nothing and change nothing); other paths get a 404. Errors of the proxy's own are
 shaped as the API of the path asked. ``POST /_dh/<event>`` (the CLI's
-hooks, authenticated by ``X-Durable-Harness-Token``) and ``POST /mcp`` (host tools over
-MCP, ``Authorization: Bearer``) are handed to the adapter's callbacks.
+hooks, authenticated by ``X-Durable-Harness-Token``) and ``/mcp`` (host tools over MCP,
+``Authorization: Bearer``; the protocol is the official SDK's, :mod:`.mcp_transport`) are
+handed to the adapter's callbacks.
 
 One job per module: here the HTTP listener, its routing and the hook/MCP dispatch;
 :mod:`.upstream` the model endpoint's client (httpx, retry, error mapping);
@@ -62,6 +63,7 @@ from durable_harness.adapters.proxy.journaling import (
     read_json_reply,
     tee_stream,
 )
+from durable_harness.adapters.proxy.mcp_transport import McpTransport
 from durable_harness.adapters.proxy.upstream import (
     Upstream,
     UpstreamBroke,
@@ -134,13 +136,18 @@ class JournalingProxy:
         self.fatal_event = threading.Event()
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        app = Router(routes=[Route("/{path:path}", SyncApp(self._handle))])
+        mcp = McpTransport(lambda: self.callbacks.mcp, self.authorized, self.fail)
+        app = Router(
+            routes=[Route("/mcp", mcp), Route("/{path:path}", SyncApp(self._handle))],
+            redirect_slashes=False,
+        )
         self._listener = Listener(
             BodyLimit(app, limits or Limits.from_settings(), _refusal),
             host,
             0,
             limits,
             name="journaling-proxy",
+            lifespans=[mcp.running],
         )
 
     @property
@@ -243,8 +250,6 @@ class _Handler:
         self.wire = ANTHROPIC if "x-api-key" in self.headers else RESPONSES
         if path.startswith("/v1/models") and self._api_authorized():
             self._forward_plain("GET", b"")
-        elif path == "/mcp":
-            self._send_json(405, {"error": "this MCP endpoint answers POST only"})
         elif not path.startswith("/v1/models"):
             self._not_found()
 
@@ -259,8 +264,6 @@ class _Handler:
                 self._forward_plain("POST", body)
         elif path.startswith("/_dh/"):
             self._control(path.removeprefix("/_dh/"), body)
-        elif path == "/mcp":
-            self._mcp(body)
         else:
             self._not_found()
 
@@ -444,23 +447,6 @@ class _Handler:
             self._send_json(500, {"error": f"{type(exc).__name__}: {exc}"})
             return
         self._send_json(200, reply)
-
-    def _mcp(self, raw: bytes) -> None:
-        proxy = self.proxy
-        bearer = self.headers.get("Authorization", "").removeprefix("Bearer ")
-        if not proxy.authorized(bearer) or proxy.callbacks.mcp is None:
-            self._send_json(401, {"error": "invalid durable-harness token"})
-            return
-        try:
-            reply = proxy.callbacks.mcp(json.loads(raw or b"{}"))
-        except BaseException as exc:
-            proxy.fail(exc)
-            self._send_json(500, {"error": f"{type(exc).__name__}: {exc}"})
-            return
-        if reply is None:
-            self._send_bytes(202, b"", {})
-        else:
-            self._send_json(200, reply)
 
     # -- plumbing ------------------------------------------------------------------------
     def _not_found(self) -> None:
