@@ -20,8 +20,8 @@ and applies the operator's :class:`Limits` to every connection, whoever the clie
   and ``keep_alive`` seconds for an idle connection.
 
 The harness's request handlers are synchronous (journal commits, World calls, scripted
-delays): the :class:`SyncApp` runs one per request in a daemon thread, so concurrent
-requests never wait for each other and a stuck handler never holds the event loop or
+delays): the :class:`SyncApp` runs one per request in a daemon thread of its own (reused once idle),
+so concurrent requests never wait for each other and a stuck handler never holds the event loop or
 :meth:`Listener.stop`. The handler answers through its :class:`Exchange`: a whole
 response (:meth:`~Exchange.send`) or a streamed one (:meth:`~Exchange.start`,
 :meth:`~Exchange.write` each piece as it is ready, :meth:`~Exchange.end`), or
@@ -40,6 +40,7 @@ import contextlib
 import hmac
 import json
 import logging
+import queue
 import socket
 import threading
 import time
@@ -336,6 +337,41 @@ class Exchange:
 Handler = Callable[[Exchange], None]
 
 
+class _Workers:
+    """Daemon threads for the handlers, kept for the next request once idle: starting a
+    thread per request would add its start-up to every answer's first byte. There are
+    never more than the requests in flight at once (which ``max_connections`` bounds),
+    and a stuck handler never holds :meth:`Listener.stop` or the interpreter's exit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._work.put(job)
+        if spawn:
+            threading.Thread(target=self._serve, name="listener-request", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._work.get()
+            job()
+            with self._lock:
+                if self._idle >= _IDLE_WORKERS:
+                    return
+                self._idle += 1
+
+
+#: Idle handler threads kept (per process, shared by its listeners).
+_IDLE_WORKERS = 16
+_WORKERS = _Workers()
+
+
 class SyncApp:
     """An ASGI app running ``handler`` in a daemon thread per request (behind
     :class:`BodyLimit`, which gives it the whole body). A class, not a function, so a
@@ -367,7 +403,7 @@ class SyncApp:
             finally:
                 exchange._emit("done", None, None)
 
-        threading.Thread(target=run, name="listener-request", daemon=True).start()
+        _WORKERS.submit(run)
         while True:
             kind, a, b = await queue.get()
             if kind == "start":
