@@ -104,3 +104,18 @@ def refuse_unknown_options(world: str, options: dict[str, Any]) -> None:
     """The options a backend did not take are mistakes: one error naming them all."""
     if options:
         raise ConfigError(f"unknown option(s) for the {world} World: {', '.join(sorted(options))}")
+
+
+class ListenerSettings(EnvSettings):
+    """The limits every HTTP listener of the harness applies (the journaling proxy, the
+    signal server, the fake model; ``harness/listener.py``): the operator's, never the
+    client's. ``DURABLE_HARNESS_LISTENER_*``."""
+
+    #: A request body larger than this is refused (413) before it is read further.
+    listener_max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    #: Seconds a client has to send a request's headers, and again its body (408 or closed).
+    listener_read_timeout_s: float = Field(default=30.0, gt=0)
+    #: Seconds an idle keep-alive connection stays open.
+    listener_keep_alive_s: float = Field(default=5.0, gt=0)
+    #: Open connections plus requests in flight; past it a request is answered 503.
+    listener_max_connections: int = Field(default=1024, gt=0)

@@ -7,22 +7,30 @@ signal that arrives before its wait is kept):
 * ``durable-harness signal-server``: an HTTP endpoint for webhooks,
   ``POST /v1/turns/<turn>/signals/<name>`` with ``Authorization: Bearer <secret>`` and the
   JSON payload as the body. The secret is per turn (generated when the turn is created;
-  tools read it from ``ToolContext.signal_secret``), compared in constant time.
+  tools read it from ``ToolContext.signal_secret``), compared in constant time; an unknown
+  turn is answered 401, the same as a wrong secret. The listener's limits
+  (:mod:`durable_harness.harness.listener`) apply, with a body cap of ``MAX_PAYLOAD``.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 import signal as os_signal
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from durable_harness.core.errors import ConfigError, NotFound
 from durable_harness.core.world import World
+from durable_harness.harness.listener import (
+    BodyLimit,
+    Exchange,
+    Limits,
+    Listener,
+    SyncApp,
+    token_matches,
+)
 
 MAX_PAYLOAD = 1024 * 1024
 _PATH = re.compile(r"^/v1/turns/(?P<turn>[A-Za-z0-9_.-]+)/signals/(?P<name>[A-Za-z0-9_.:-]+)$")
@@ -40,59 +48,25 @@ def parse_payload(data: str | None) -> str:
         ) from exc
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: SignalServer
+class SignalServer:
+    """The webhook listener (see the module docstring); its socket is bound at once."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        self.server.log(f"{self.address_string()} {format % args}")
-
-    def do_POST(self) -> None:
-        match = _PATH.match(self.path.split("?", 1)[0])
-        if match is None:
-            self._send(404, {"error": "not found: POST /v1/turns/<turn>/signals/<name>"})
-            return
-        turn_id, name = match["turn"], match["name"]
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_PAYLOAD:
-            self._send(413, {"error": f"payload over {MAX_PAYLOAD} bytes"})
-            return
-        body = self.rfile.read(length).decode("utf-8", "replace")
-        try:
-            with self.server.lock:
-                turn = self.server.world.get_turn(turn_id)
-                secret = str(turn.config.get("signal_secret", ""))
-                given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-                if not secret or not hmac.compare_digest(given.encode(), secret.encode()):
-                    self._send(401, {"error": "bad or missing bearer secret for this turn"})
-                    return
-                payload = parse_payload(body)
-                fresh = self.server.world.send_signal(turn_id, name, payload)
-        except NotFound:
-            self._send(404, {"error": f"no turn {turn_id}"})
-            return
-        except ConfigError as exc:
-            self._send(400, {"error": str(exc)})
-            return
-        self._send(200 if fresh else 208, {"turn": turn_id, "signal": name, "new": fresh})
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-class SignalServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, world: World, host: str, port: int, quiet: bool = False) -> None:
-        super().__init__((host, port), _Handler)
+    def __init__(
+        self,
+        world: World,
+        host: str,
+        port: int,
+        quiet: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
         self.world = world
         self.quiet = quiet
-        # One World connection shared by the handler threads: serialize its use.
+        # One World connection shared by the request threads: serialize its use.
         self.lock = threading.Lock()
+        limits = limits or Limits.from_settings(max_body=MAX_PAYLOAD)
+        self._listener = Listener(
+            BodyLimit(SyncApp(self._handle), limits), host, port, limits, name="signal-server"
+        )
 
     def log(self, line: str) -> None:
         if not self.quiet:
@@ -100,21 +74,68 @@ class SignalServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._listener.url
+
+    def start(self) -> SignalServer:
+        self._listener.start()
+        return self
+
+    def stop(self) -> None:
+        self._listener.stop()
+
+    def _handle(self, exchange: Exchange) -> None:
+        status = self._answer(exchange)
+        self.log(f"{exchange.method} {exchange.path} {status}")
+
+    def _answer(self, exchange: Exchange) -> int:
+        match = _PATH.match(exchange.path.split("?", 1)[0])
+        if exchange.method != "POST" or match is None:
+            return _send(
+                exchange, 404, {"error": "not found: POST /v1/turns/<turn>/signals/<name>"}
+            )
+        turn_id, name = match["turn"], match["name"]
+        given = exchange.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        try:
+            with self.lock:
+                try:
+                    secret = str(self.world.get_turn(turn_id).config.get("signal_secret", ""))
+                except NotFound:
+                    # The same answer as a wrong secret: a caller without the secret
+                    # learns nothing, not even whether the turn exists.
+                    secret = ""
+                if not token_matches(given, secret):
+                    return _send(
+                        exchange, 401, {"error": "bad or missing bearer secret for this turn"}
+                    )
+                payload = parse_payload(exchange.body.decode("utf-8", "replace"))
+                fresh = self.world.send_signal(turn_id, name, payload)
+        except ConfigError as exc:
+            return _send(exchange, 400, {"error": str(exc)})
+        return _send(
+            exchange, 200 if fresh else 208, {"turn": turn_id, "signal": name, "new": fresh}
+        )
+
+
+def _send(exchange: Exchange, status: int, body: dict[str, Any]) -> int:
+    exchange.send(status, json.dumps(body).encode(), {"content-type": "application/json"})
+    return status
 
 
 def serve(world: World, host: str, port: int) -> None:
     server = SignalServer(world, host, port)
     print(f"signal server listening on {server.url}", flush=True)
+    stopping = threading.Event()
 
     def stop(signum: int, frame: Any) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        stopping.set()
 
     os_signal.signal(os_signal.SIGTERM, stop)
+    server.start()
     try:
-        server.serve_forever(poll_interval=0.2)
+        # A bounded wait keeps the main thread responsive to signals.
+        while not stopping.wait(0.5):
+            pass
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        server.stop()

@@ -43,6 +43,7 @@ import signal
 import sys
 import threading
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Self
@@ -51,6 +52,7 @@ from durable_harness.adapters.proxy.sse import stream_events
 from durable_harness.core.canonical import dumps_compact
 from durable_harness.core.closing import Closing
 from durable_harness.core.errors import ConfigError
+from durable_harness.harness.listener import BodyLimit, Limits, Listener, SyncApp
 from durable_harness.testing.fake_model_answers import (
     BILLED_PATHS,
     CHAT,
@@ -61,7 +63,7 @@ from durable_harness.testing.fake_model_answers import (
     error_message,
     parse_request,
 )
-from durable_harness.testing.fake_model_http import FakeHTTPServer, FakeModelHandler
+from durable_harness.testing.fake_model_http import handle, refusal
 from durable_harness.testing.fake_model_script import (
     RequestView,
     Script,
@@ -99,6 +101,7 @@ class FakeModelServer(Closing):
         host: str = "127.0.0.1",
         port: int = 0,
         log_path: Path | str | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.script = script if isinstance(script, Script) else load_script(script)
         self._lock = threading.Lock()
@@ -108,32 +111,36 @@ class FakeModelServer(Closing):
         self._count_tokens = 0
         self._by_rule: dict[str, int] = {}
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        limits = limits or Limits.from_settings()
         try:
-            self._httpd = FakeHTTPServer((host, port), FakeModelHandler)
+            self._httpd = Listener(
+                BodyLimit(SyncApp(partial(handle, self)), limits, refusal),
+                host,
+                port,
+                limits,
+                name="fake-model",
+            )
         except OSError as exc:
             raise ConfigError(
                 f"fake model cannot listen on {host}:{port}: {exc.strerror}; pick another --port"
             ) from None
-        self._httpd.fake = self
         self._log_file: IO[str] | None = None
         if log_path is not None:
             try:
                 self._log_file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115
             except OSError as exc:
-                self._httpd.server_close()
+                self._httpd.stop()
                 raise ConfigError(
                     f"fake model cannot open its log {log_path}: {exc.strerror}"
                 ) from None
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._httpd.url
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self._httpd.port
 
     @property
     def request_count(self) -> int:
@@ -153,15 +160,7 @@ class FakeModelServer(Closing):
 
     def start(self) -> FakeModelServer:
         """Serve in a daemon thread; returns self."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                # A short poll keeps stop() quick: tests start and stop many servers.
-                target=self._httpd.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="fake-model",
-                daemon=True,
-            )
-            self._thread.start()
+        self._httpd.start()
         return self
 
     def serve_forever(self) -> None:
@@ -183,11 +182,7 @@ class FakeModelServer(Closing):
     def stop(self) -> None:
         """Stop serving, abort streams in flight, close the socket and the log."""
         self._stopping.set()
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._httpd.server_close()
+        self._httpd.stop()
         with self._lock:
             if self._log_file is not None:
                 self._log_file.close()

@@ -1,20 +1,21 @@
-"""The fake model's HTTP side: the request handler and its threading server.
+"""The fake model's HTTP side: the request handler behind its listener.
 
-The handler routes each request to the server's answerer (a
+:func:`handle` routes each request to the server's answerer (a
 :class:`~durable_harness.testing.fake_model.FakeModelServer`, seen here through the
 :class:`Answerer` protocol), has it logged, then sends the answer: JSON, a broken JSON
-body, or an SSE stream with the script's delays and faults.
+body, or an SSE stream with the script's delays and faults. The listener
+(:mod:`durable_harness.harness.listener`) runs it in a thread per request and has already
+read the body (capped, in time); streams go out chunked, one chunk per event.
 """
 
 from __future__ import annotations
 
 import logging
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from durable_harness.core.canonical import dumps_compact
-from durable_harness.harness.httpio import BodyCut, read_body
+from durable_harness.harness.listener import Exchange, Scope
 from durable_harness.testing.fake_model_answers import Answer
 from durable_harness.testing.fake_model_chat import CHAT_PATH
 from durable_harness.testing.fake_model_responses import RESPONSES_PATH
@@ -35,148 +36,101 @@ class Answerer(Protocol):
     def stopping_within(self, seconds: float) -> bool: ...
 
 
-class FakeHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: Answerer
+def refusal(scope: Scope, status: int, message: str) -> tuple[bytes, str]:
+    """The listener's own refusals (413, 408) in the Anthropic error shape."""
+    kind = "request_too_large" if status == 413 else "timeout_error"
+    return error_body(kind, f"fake model: {message}"), "application/json"
 
 
-class FakeModelHandler(BaseHTTPRequestHandler):
-    # HTTP/1.1 so clients keep connections alive and streams use chunked encoding, as
-    # Anthropic's do; every response therefore sets Content-Length or is chunked.
-    protocol_version = "HTTP/1.1"
-    server_version = "durable-harness-fake-model"
-    # Each event is its own small write, as a provider streams it; with Nagle's algorithm
-    # on, a write could wait for the client's delayed ACK (40 ms on Linux).
-    disable_nagle_algorithm = True
-
-    @property
-    def fake(self) -> Answerer:
-        server = self.server
-        assert isinstance(server, FakeHTTPServer)
-        return server.fake
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def do_GET(self) -> None:
-        path = urlsplit(self.path).path
+def handle(fake: Answerer, exchange: Exchange) -> None:
+    """Answer one request; see the module docstring."""
+    path = urlsplit(exchange.path).path
+    log.debug("%s %s", exchange.method, exchange.path)
+    if exchange.method == "GET":
         if path == "/_fake/stats":
-            self._send_json(200, dumps_compact(self.fake.stats()), {})
+            _send_json(exchange, 200, dumps_compact(fake.stats()), {})
         else:
-            self._not_found(path)
+            _not_found(fake, exchange, path)
+        return
+    if exchange.method != "POST":
+        _not_found(fake, exchange, path)
+        return
+    body = exchange.body
+    if path == "/v1/messages":
+        answer = fake.answer_messages(body)
+    elif path == "/v1/messages/count_tokens":
+        answer = fake.answer_count_tokens(body)
+    elif path == RESPONSES_PATH:
+        answer = fake.answer_responses(body)
+    elif path == CHAT_PATH:
+        answer = fake.answer_chat(body)
+    else:
+        _not_found(fake, exchange, path)
+        return
+    _respond(fake, exchange, answer)
 
-    def do_POST(self) -> None:
-        path = urlsplit(self.path).path
-        try:
-            body = self._read_body()
-        except BodyCut as exc:
-            # Half a request from a client that is gone: not a request, so not logged.
-            log.debug("%s: %s", path, exc)
-            return
-        if body is None:
-            answer = Answer(
-                status=413,
-                path=path,
-                body=error_body("request_too_large", "request body is too large"),
-            )
-        elif path == "/v1/messages":
-            answer = self.fake.answer_messages(body)
-        elif path == "/v1/messages/count_tokens":
-            answer = self.fake.answer_count_tokens(body)
-        elif path == RESPONSES_PATH:
-            answer = self.fake.answer_responses(body)
-        elif path == CHAT_PATH:
-            answer = self.fake.answer_chat(body)
-        else:
-            self._not_found(path)
-            return
-        self._respond(answer)
 
-    def do_PUT(self) -> None:
-        # Read the body anyway: the connection stays alive for the client's next request.
-        try:
-            if self._read_body() is None:
-                self.close_connection = True
-        except BodyCut:
-            return
-        self._not_found(urlsplit(self.path).path)
+def _not_found(fake: Answerer, exchange: Exchange, path: str) -> None:
+    answer = Answer(
+        status=404,
+        path=path,
+        body=error_body("not_found_error", f"fake model: no route for {exchange.method} {path}"),
+    )
+    _respond(fake, exchange, answer)
 
-    do_DELETE = do_PATCH = do_PUT
 
-    def _not_found(self, path: str) -> None:
-        answer = Answer(
-            status=404,
-            path=path,
-            body=error_body("not_found_error", f"fake model: no route for {self.command} {path}"),
-        )
-        self._respond(answer)
+def _respond(fake: Answerer, exchange: Exchange, answer: Answer) -> None:
+    headers = exchange.headers
+    api_key_sent = bool(headers.get("x-api-key") or headers.get("Authorization"))
+    answer.request_key = headers.get("X-Durable-Harness-Key")
+    fake.record(answer, api_key_sent)
+    if answer.delay_s and fake.stopping_within(answer.delay_s):
+        exchange.cut()
+        return
+    if answer.events is not None and answer.status == 200:
+        _send_stream(fake, exchange, answer)
+    elif answer.stream_fault is not None and answer.status == 200:
+        _send_broken_json(exchange, answer)
+    else:
+        _send_json(exchange, answer.status, answer.body, answer.headers)
 
-    def _read_body(self) -> bytes | None:
-        return read_body(self)
 
-    def _respond(self, answer: Answer) -> None:
-        api_key_sent = bool(self.headers.get("x-api-key") or self.headers.get("Authorization"))
-        answer.request_key = self.headers.get("X-Durable-Harness-Key")
-        self.fake.record(answer, api_key_sent)
-        if answer.delay_s and self.fake.stopping_within(answer.delay_s):
-            self.close_connection = True
-            return
-        try:
-            if answer.events is not None and answer.status == 200:
-                self._send_stream(answer)
-            elif answer.stream_fault is not None and answer.status == 200:
-                self._send_broken_json(answer)
-            else:
-                self._send_json(answer.status, answer.body, answer.headers)
-        except (BrokenPipeError, ConnectionResetError):
-            # The client went away (a test killing it mid-stream): nothing left to do.
-            self.close_connection = True
+def _send_json(exchange: Exchange, status: int, body: bytes, headers: dict[str, str]) -> None:
+    exchange.send(status, body, {"content-type": "application/json", **headers})
 
-    def _send_json(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
 
-    def _send_broken_json(self, answer: Answer) -> None:
-        """A JSON reply cut in half: malformed (the connection stays), or dropped."""
-        half = answer.body[: len(answer.body) // 2]
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        full = answer.stream_fault == "drop"  # promise the whole body, then hang up
-        self.send_header("Content-Length", str(len(answer.body) if full else len(half)))
-        self.end_headers()
-        self.wfile.write(half)
-        self.wfile.flush()
-        if full:
-            self.close_connection = True
+def _send_broken_json(exchange: Exchange, answer: Answer) -> None:
+    """A JSON reply cut in half: malformed (the connection stays), or dropped."""
+    half = answer.body[: len(answer.body) // 2]
+    if answer.stream_fault != "drop":
+        exchange.send(200, half, {"content-type": "application/json"})
+        return
+    # Promise the whole body, then hang up.
+    length = str(len(answer.body))
+    exchange.start(200, {"content-type": "application/json", "content-length": length})
+    exchange.write(half)
+    exchange.cut()
 
-    def _send_stream(self, answer: Answer) -> None:
-        assert answer.events is not None
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        for name, value in answer.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        for number, frame in enumerate(answer.events):
-            if answer.stream_fault is not None and number == answer.fault_after:
-                if answer.stream_fault == "drop":
-                    self.close_connection = True  # no end of stream: a provider dying mid-way
-                    return
-                frame = b"event: content_block_delta\ndata: {not json\n\n"
-                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(frame), frame))
-                self.wfile.flush()
+
+def _send_stream(fake: Answerer, exchange: Exchange, answer: Answer) -> None:
+    assert answer.events is not None
+    headers = {
+        "content-type": "text/event-stream; charset=utf-8",
+        "cache-control": "no-cache",
+        **{k.lower(): v for k, v in answer.headers.items()},
+    }
+    exchange.start(200, headers)
+    for number, frame in enumerate(answer.events):
+        if answer.stream_fault is not None and number == answer.fault_after:
+            if answer.stream_fault == "drop":
+                exchange.cut()  # no end of stream: a provider dying mid-way
                 return
-            if number and answer.chunk_delay_s and self.fake.stopping_within(answer.chunk_delay_s):
-                # Shutting down: drop the connection as a dying provider would.
-                self.close_connection = True
-                return
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+            exchange.write(b"event: content_block_delta\ndata: {not json\n\n")
+            exchange.end()
+            return
+        if number and answer.chunk_delay_s and fake.stopping_within(answer.chunk_delay_s):
+            # Shutting down: drop the connection as a dying provider would.
+            exchange.cut()
+            return
+        exchange.write(frame)
+    exchange.end()

@@ -26,8 +26,9 @@ For each model call (``POST /v1/messages``, ``/v1/responses``, ``/v1/chat/comple
 ``POST /v1/messages/count_tokens`` and ``GET /v1/models`` are forwarded unjournaled (they
 cost nothing and change nothing); other paths get a 404. Errors of the proxy's own are
 shaped as the API of the path asked. ``POST /_dh/<event>`` (the CLI's
-hooks, authenticated by ``X-Durable-Harness-Token``) and ``POST /mcp`` (host tools over
-MCP, ``Authorization: Bearer``) are handed to the adapter's callbacks.
+hooks, authenticated by ``X-Durable-Harness-Token``) and ``/mcp`` (host tools over MCP,
+``Authorization: Bearer``; the protocol is the official SDK's, :mod:`.mcp_transport`) are
+handed to the adapter's callbacks.
 
 One job per module: here the HTTP listener, its routing and the hook/MCP dispatch;
 :mod:`.upstream` the model endpoint's client (httpx, retry, error mapping);
@@ -42,16 +43,16 @@ through :attr:`fatal_event`; the adapter stops the CLI and re-raises it.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+from starlette.routing import Route, Router
 
 from durable_harness.adapters.proxy.canonical import Canonicalizer
 from durable_harness.adapters.proxy.chunked import ChunkedReply
@@ -62,6 +63,7 @@ from durable_harness.adapters.proxy.journaling import (
     read_json_reply,
     tee_stream,
 )
+from durable_harness.adapters.proxy.mcp_transport import McpTransport
 from durable_harness.adapters.proxy.upstream import (
     Upstream,
     UpstreamBroke,
@@ -74,8 +76,16 @@ from durable_harness.adapters.proxy.wire.base import WireFormat, error_text
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
 from durable_harness.core.errors import DurableHarnessError, ModelError, ReplayDivergence
-from durable_harness.harness.httpio import BodyCut, read_body
 from durable_harness.harness.journal import Journal, OpenStep, StepResult
+from durable_harness.harness.listener import (
+    BodyLimit,
+    Exchange,
+    Limits,
+    Listener,
+    Scope,
+    SyncApp,
+    token_matches,
+)
 
 __all__ = ["JournalingProxy", "ProxyCallbacks", "ProxyStats", "Upstream", "message_of"]
 
@@ -115,6 +125,7 @@ class JournalingProxy:
         token: str,
         callbacks: ProxyCallbacks | None = None,
         host: str = "127.0.0.1",
+        limits: Limits | None = None,
     ) -> None:
         self.steps = ModelSteps(journal, canonicalizer)
         self._client = UpstreamClient(upstream)  # shared by every server thread
@@ -125,14 +136,23 @@ class JournalingProxy:
         self.fatal_event = threading.Event()
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._server = _Server((host, 0), _Handler)
-        self._server.proxy = self
-        self._thread: threading.Thread | None = None
+        mcp = McpTransport(lambda: self.callbacks.mcp, self.authorized, self.fail)
+        app = Router(
+            routes=[Route("/mcp", mcp), Route("/{path:path}", SyncApp(self._handle))],
+            redirect_slashes=False,
+        )
+        self._listener = Listener(
+            BodyLimit(app, limits or Limits.from_settings(), _refusal),
+            host,
+            0,
+            limits,
+            name="journaling-proxy",
+            lifespans=[mcp.running],
+        )
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._listener.url
 
     @property
     def journal(self) -> Journal:
@@ -156,23 +176,12 @@ class JournalingProxy:
         old.close()
 
     def start(self) -> JournalingProxy:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="journaling-proxy",
-                daemon=True,
-            )
-            self._thread.start()
+        self._listener.start()
         return self
 
     def close(self) -> None:
         self._closing.set()
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._server.server_close()
+        self._listener.stop()
         self._client.close()
 
     def __enter__(self) -> JournalingProxy:
@@ -189,37 +198,50 @@ class JournalingProxy:
         self.fatal_event.set()
 
     def authorized(self, presented: str | None) -> bool:
-        return presented is not None and hmac.compare_digest(presented, self.token)
+        return token_matches(presented, self.token)
 
     def note_upstream_error(self, message: str) -> None:
         with self._lock:
             self.upstream_errors.append(message)
             del self.upstream_errors[:-20]
 
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    proxy: JournalingProxy
+    def _handle(self, exchange: Exchange) -> None:
+        _Handler(self, exchange).handle()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "durable-harness-proxy"
-    # Events go out as small writes, one after another: with Nagle's algorithm each would
-    # wait for the client's delayed ACK (40 ms on Linux).
-    disable_nagle_algorithm = True
+def _refusal(scope: Scope, status: int, message: str) -> tuple[bytes, str]:
+    """The listener's own refusals (413, 408), shaped as the API of the path asked."""
+    path = scope.get("path", "")
+    wire = WIRES.get(path) or _PLAIN_PATHS.get(path) or ANTHROPIC
+    kind = "request_too_large" if status == 413 else "timeout_error"
+    return json.dumps(wire.error_body(kind, f"durable-harness proxy: {message}")).encode(), (
+        "application/json"
+    )
 
-    @property
-    def proxy(self) -> JournalingProxy:
-        server = self.server
-        assert isinstance(server, _Server)
-        return server.proxy
 
-    #: The API of the request being handled (shapes the proxy's own error replies).
-    wire: WireFormat = ANTHROPIC
+class _Handler:
+    """One request to the proxy, in a thread of its own (the listener's ``SyncApp``)."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("proxy: " + format, *args)
+    def __init__(self, proxy: JournalingProxy, exchange: Exchange) -> None:
+        self.proxy = proxy
+        self.exchange = exchange
+        self.headers = exchange.headers
+        self.path = exchange.path
+        path = urlsplit(self.path).path
+        #: The API of the request being handled (shapes the proxy's own error replies).
+        self.wire: WireFormat = WIRES.get(path) or _PLAIN_PATHS.get(path) or ANTHROPIC
+
+    def handle(self) -> None:
+        try:
+            method = self.exchange.method
+            if method == "GET":
+                self.do_GET()
+            elif method == "POST":
+                self.do_POST()
+            else:
+                self._not_found()
+        except _Failed:
+            self.exchange.cut()
 
     # -- routing -----------------------------------------------------------------------
     def do_GET(self) -> None:
@@ -228,23 +250,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wire = ANTHROPIC if "x-api-key" in self.headers else RESPONSES
         if path.startswith("/v1/models") and self._api_authorized():
             self._forward_plain("GET", b"")
-        elif path == "/mcp":
-            self._send_json(405, {"error": "this MCP endpoint answers POST only"})
-        else:
+        elif not path.startswith("/v1/models"):
             self._not_found()
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
-        self.wire = WIRES.get(path) or _PLAIN_PATHS.get(path) or ANTHROPIC
-        try:
-            body = self._read_body()
-        except BodyCut as exc:
-            # The CLI died mid-send: half a request is never journaled nor forwarded.
-            log.debug("%s: %s", path, exc)
-            return
-        if body is None:
-            self._api_error(413, "request_too_large", "request body is too large")
-        elif path in WIRES:
+        body = self.exchange.body  # whole: the listener read it (capped, in time)
+        if path in WIRES:
             if self._api_authorized():
                 self._model_call(body)
         elif path in _PLAIN_PATHS:
@@ -252,17 +264,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._forward_plain("POST", body)
         elif path.startswith("/_dh/"):
             self._control(path.removeprefix("/_dh/"), body)
-        elif path == "/mcp":
-            self._mcp(body)
         else:
             self._not_found()
-
-    def do_DELETE(self) -> None:
-        try:
-            self._read_body()
-        except BodyCut:
-            return
-        self._not_found()
 
     def _api_authorized(self) -> bool:
         presented = self.headers.get("x-api-key")
@@ -317,7 +320,7 @@ class _Handler(BaseHTTPRequestHandler):
                 else self.wire.events_for(recorded["body"])
             )
             headers["content-type"] = "text/event-stream; charset=utf-8"
-            client = ChunkedReply(self)
+            client = ChunkedReply(self.exchange)
             client.start(200, headers)
             for text in events:
                 client.write(text.encode())
@@ -365,10 +368,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _tee_stream(self, step: OpenStep, reply: UpstreamReply, started: float) -> None:
         proxy = self.proxy
-        teed = tee_stream(reply, ChunkedReply(self), self.wire, proxy._closing)
+        teed = tee_stream(reply, ChunkedReply(self.exchange), self.wire, proxy._closing)
         if teed.problem is not None:
             proxy.note_upstream_error(teed.problem)
-            self.close_connection = True  # the CLI sees the stream break, as it did upstream
+            self.exchange.cut()  # the CLI sees the stream break, as it did upstream
             return
         self._record(step, teed.value, teed.message, started, teed.first_byte)
         teed.release()
@@ -407,7 +410,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.proxy.steps.record(step, self.wire, value, message, started, first_byte)
         except BaseException as exc:
             self.proxy.fail(exc)
-            self.close_connection = True
             raise _Failed from exc
 
     # -- other upstream paths, hooks, MCP ---------------------------------------------------
@@ -446,27 +448,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send_json(200, reply)
 
-    def _mcp(self, raw: bytes) -> None:
-        proxy = self.proxy
-        bearer = self.headers.get("Authorization", "").removeprefix("Bearer ")
-        if not proxy.authorized(bearer) or proxy.callbacks.mcp is None:
-            self._send_json(401, {"error": "invalid durable-harness token"})
-            return
-        try:
-            reply = proxy.callbacks.mcp(json.loads(raw or b"{}"))
-        except BaseException as exc:
-            proxy.fail(exc)
-            self._send_json(500, {"error": f"{type(exc).__name__}: {exc}"})
-            return
-        if reply is None:
-            self._send_bytes(202, b"", {})
-        else:
-            self._send_json(200, reply)
-
     # -- plumbing ------------------------------------------------------------------------
-    def _read_body(self) -> bytes | None:
-        return read_body(self)
-
     def _not_found(self) -> None:
         self._api_error(404, "not_found_error", f"durable-harness proxy: no route for {self.path}")
 
@@ -477,20 +459,4 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_bytes(status, json.dumps(value).encode(), {"content-type": "application/json"})
 
     def _send_bytes(self, status: int, data: bytes, headers: dict[str, str]) -> None:
-        try:
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            if "content-type" not in {k.lower() for k in headers}:
-                self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except OSError:
-            self.close_connection = True
-
-    def handle_one_request(self) -> None:
-        try:
-            super().handle_one_request()
-        except _Failed:
-            self.close_connection = True
+        self.exchange.send(status, data, headers)
