@@ -74,7 +74,12 @@ class Sandbox(abc.ABC, Closing):
     snapshots: bool = False
 
     @abc.abstractmethod
-    def read(self, path: str) -> str: ...
+    def read(self, path: str) -> str:
+        """The file's text, for the model: bytes that are not UTF-8 shown as U+FFFD."""
+
+    @abc.abstractmethod
+    def read_data(self, path: str) -> bytes:
+        """The file's bytes, exactly (what :meth:`edit` changes)."""
 
     @abc.abstractmethod
     def write(self, path: str, content: str) -> None: ...
@@ -84,7 +89,17 @@ class Sandbox(abc.ABC, Closing):
         is absent or occurs more than once (then the model must quote more context)."""
         if not old:
             raise SandboxError("edit: the text to replace is empty; give the exact text")
-        text = self.read(path)
+        data = self.read_data(path)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # read() shows such bytes as U+FFFD; writing that text back would replace every
+            # one of them in the file, not just the text the model asked to change.
+            raise SandboxError(
+                f"edit: {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                f"{exc.start}), and edit would rewrite its other bytes; the file is unchanged. "
+                "Change it with the shell instead (sed, or iconv to convert it)"
+            ) from None
         found = text.count(old)
         if found == 0:
             raise SandboxError(

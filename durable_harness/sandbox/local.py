@@ -105,9 +105,12 @@ class LocalSandbox(Sandbox):
 
     def read(self, path: str) -> str:
         """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
+        return self.read_data(path).decode("utf-8", errors="replace")
+
+    def read_data(self, path: str) -> bytes:
         full = self._resolve(path)
         try:
-            return full.read_bytes().decode("utf-8", errors="replace")
+            return full.read_bytes()
         except FileNotFoundError:
             raise SandboxError(f"read: no such file: {path}") from None
         except OSError as exc:

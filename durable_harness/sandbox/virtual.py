@@ -201,6 +201,9 @@ class VirtualSandbox(Sandbox):
 
     def read(self, path: str) -> str:
         """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
+        return self.read_data(path).decode("utf-8", errors="replace")
+
+    def read_data(self, path: str) -> bytes:
         full = self._resolve(path)
         try:
             data: bytes = drive(self._fs.read_file_bytes(full))
@@ -210,7 +213,7 @@ class VirtualSandbox(Sandbox):
             raise SandboxError(f"read: {path} is a directory") from None
         except OSError as exc:
             raise SandboxError(f"read: {path}: {exc}") from None
-        return data.decode("utf-8", errors="replace")
+        return data
 
     def write(self, path: str, content: str) -> None:
         """Create or replace the file (and its parent directories) with ``content``."""
