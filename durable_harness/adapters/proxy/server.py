@@ -62,6 +62,7 @@ from durable_harness.adapters.proxy.journaling import (
     read_json_reply,
     tee_stream,
 )
+from durable_harness.adapters.proxy.sse import event_bytes
 from durable_harness.adapters.proxy.upstream import (
     Upstream,
     UpstreamBroke,
@@ -320,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
             client = ChunkedReply(self)
             client.start(200, headers)
             for text in events:
-                client.write(text.encode())
+                client.write(event_bytes(text))
             client.end()
         else:
             message = message_of(recorded, self.wire)
