@@ -33,8 +33,18 @@ from durable_harness.core.closing import Closing
 from durable_harness.core.errors import SandboxError
 
 
+def shell_text(data: bytes) -> str:
+    """A command's output, losslessly: see :class:`ShellResult`."""
+    return data.decode("utf-8", "surrogateescape")
+
+
 @dataclass(frozen=True)
 class ShellResult:
+    """A command's result. ``stdout`` and ``stderr`` are its bytes decoded as UTF-8 with
+    ``surrogateescape`` (:func:`shell_text`): a byte that is not UTF-8 is U+DC80..U+DCFF,
+    so the journal records, and a replay returns, exactly what the command wrote; only
+    what is sent to a model provider shows it as U+FFFD."""
+
     exit_code: int
     stdout: str
     stderr: str

@@ -42,7 +42,7 @@ from typing import Any
 import pexpect
 
 from durable_harness.core.errors import SandboxError
-from durable_harness.core.sandbox import Sandbox, ShellResult
+from durable_harness.core.sandbox import Sandbox, ShellResult, shell_text
 
 __all__ = ["LocalSandbox"]
 
@@ -222,7 +222,7 @@ class LocalSandbox(Sandbox):
 def _text(data: Any) -> str:
     if not isinstance(data, bytes):
         return ""
-    return data.decode("utf-8", errors="replace")
+    return shell_text(data)
 
 
 def _strip_start(output: str, token: str) -> str:

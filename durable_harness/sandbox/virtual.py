@@ -54,7 +54,13 @@ from just_bash import Bash, ExecutionLimits
 from just_bash.interpreter import ExecutionLimitError
 
 from durable_harness.core.errors import SandboxError, WorkspaceLimit
-from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult, check_state_paths
+from durable_harness.core.sandbox import (
+    Sandbox,
+    SandboxState,
+    ShellResult,
+    check_state_paths,
+    shell_text,
+)
 from durable_harness.sandbox.justbash import (
     WORKSPACE,
     CappedFs,
@@ -395,10 +401,11 @@ def _limit_message(limit: str, result: ShellResult) -> str:
 
 
 def _text(output: str) -> str:
-    """Command output as valid text: bytes of binary files (carried as surrogates, see
-    :mod:`.justbash`) become U+FFFD."""
+    """Command output as :class:`ShellResult` holds it: bytes of binary files arrive as
+    surrogates already (see :mod:`.justbash`), which is :func:`shell_text`'s form; any other
+    lone surrogate (a string the shell made) is U+FFFD."""
     try:
         raw = output.encode("utf-8", errors="surrogateescape")
     except UnicodeEncodeError:
         return output.encode("utf-8", errors="replace").decode("utf-8")
-    return raw.decode("utf-8", errors="replace")
+    return shell_text(raw)
