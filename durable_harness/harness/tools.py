@@ -133,8 +133,8 @@ def contained(what: str, fn: Callable[..., T], *args: Any) -> T:
             if isinstance(exc, KeyboardInterrupt) and watch.received:
                 raise
             raise ToolExited(
-                f"{what} raised {type(exc).__name__}{_args_text(exc)} (a tools file may not "
-                "exit or interrupt the worker); the call failed"
+                f"{what} raised {type(exc).__name__}{_args_text(exc)}: a tools file may not "
+                "exit or interrupt the worker"
             ) from exc
 
 

@@ -14,8 +14,10 @@ import contextlib
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -205,7 +207,10 @@ def test_canonical_json_keeps_old_spellings_and_escapes_only_lone_surrogates() -
 # --- the built-in agent, the crash matrix ----------------------------------------------
 
 TOOLS_FILE = '''
+import os
 import sys
+import time
+from pathlib import Path
 from pydantic import BaseModel
 from durable_harness import tool
 
@@ -222,6 +227,9 @@ def leave(args: Args) -> str:
     """Ends the worker, if it can."""
     if args.what == "exit":
         sys.exit(3)
+    if args.what == "sleep":  # until the operator's Ctrl-C
+        Path(os.environ["MARKER"]).write_text("started")
+        time.sleep(60)
     raise KeyboardInterrupt("from the tool")
 
 TOOLS = [emit, leave]
@@ -312,6 +320,11 @@ reply.tool_use = [ { name = "leave", input = { what = "exit" } } ]
 name = "interrupt"
 when.last_user_text = "interrupt"
 reply.tool_use = [ { name = "leave", input = { what = "interrupt" } } ]
+
+[[rule]]
+name = "sleep"
+when.last_user_text = "sleep"
+reply.tool_use = [ { name = "leave", input = { what = "sleep" } } ]
 """
 
 
@@ -343,23 +356,47 @@ def test_a_tools_file_cannot_exit_the_worker(tmp_path: Path) -> None:
             "DURABLE_HARNESS_LEASE_SECONDS": "2",
             "DURABLE_HARNESS_POLL_SECONDS": "0.1",
         }
+        spec = f"{tools}:TOOLS"
         for prompt, raised in (("exit", "SystemExit(3)"), ("interrupt", "KeyboardInterrupt")):
-            out = _cli(env, "run", "--tools", f"{tools}:TOOLS", prompt)
+            out = _cli(env, "run", "--tools", spec, prompt)
             assert out.returncode == 0, out.stderr
             assert out.stdout.strip().splitlines()[-1] == "survived"
             turn = out.stdout.split("turn ", 1)[1].split()[0]
-            shown = json.loads(_cli(env, "show", "--json", turn).stdout)
-            tool_step = next(s for s in shown["steps"] if s["kind"] == "tool")
-            assert tool_step["status"] == "done", tool_step
             world = open_world("local", data_dir=str(tmp_path / "world"))
             try:
-                step = world.load_steps(turn)[tool_step["seq"]]
+                step = next(s for s in world.load_steps(turn) if s.kind == "tool")
                 result = decode_output(world, step)
             finally:
                 world.close()
+            assert step.status is StepStatus.DONE and step.attempts == 1, step
             assert result["is_error"] is True
             assert f"ToolExited: tool 'leave' raised {raised}" in result["content"]
 
         out = _cli(env, "run", "--tools", f"{exits_on_import}:TOOLS", "exit")
         assert out.returncode != 7, "the tools file's sys.exit(7) ended the process"
         assert "importing" in out.stderr and "SystemExit(7)" in out.stderr, out.stderr
+
+        # A Ctrl-C the worker really gets while a tool runs is the operator's: it still
+        # stops the worker, and the call is not recorded as the tool's failure.
+        marker = tmp_path / "started"
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "durable_harness.cli", "run", "--tools", spec, "sleep"],
+            env={**env, "MARKER": str(marker)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 90
+        while not marker.exists():
+            assert worker.poll() is None and time.monotonic() < deadline, "the tool never ran"
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGINT)
+        stdout, _ = worker.communicate(timeout=60)
+        assert worker.returncode != 0
+        turn = stdout.split("turn ", 1)[1].split()[0]
+        world = open_world("local", data_dir=str(tmp_path / "world"))
+        try:
+            step = next(s for s in world.load_steps(turn) if s.kind == "tool")
+        finally:
+            world.close()
+        assert step.status is StepStatus.INTENT, step
