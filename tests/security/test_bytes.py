@@ -33,6 +33,7 @@ from durable_harness.core.canonical import canonical_json
 from durable_harness.core.keys import input_digest
 from durable_harness.core.types import StepStatus
 from durable_harness.core.world import World
+from durable_harness.harness.crash import CRASH_POINTS
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
 from durable_harness.testing.fake_model import FakeModelServer, parse_script
 from durable_harness.testing.matrix import _Run, run_cells
@@ -253,10 +254,13 @@ reply.tool_use = [ {{ name = "emit", input = {{ what = "go" }} }} ]
 """
 
 
-def test_crash_matrix_with_odd_bytes(tmp_path: Path) -> None:
-    """A crash at every point of every step of a turn whose model replies, tool output and
-    shell output are not valid Unicode: resumed, no model call repeated, the same reply,
-    and every step's recorded outcome equal to the clean run's."""
+@pytest.mark.timeout(600)  # 5 cells of 2 CLI runs each, on a loaded machine
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_crash_matrix_with_odd_bytes(tmp_path: Path, point: str) -> None:
+    """A crash at every point (one test each, so they spread over workers) of every step
+    of a turn whose model replies and tool output are not valid Unicode: resumed, no model
+    call repeated, the same reply, and every step's recorded outcome equal to the clean
+    run's."""
     tools = tmp_path / "tools.py"
     tools.write_text(TOOLS_FILE)
     script = tmp_path / "script.toml"
@@ -269,8 +273,8 @@ def test_crash_matrix_with_odd_bytes(tmp_path: Path) -> None:
         shown[name] = data
         return data, hashes, reply
 
-    results = run_cells(turn, {"leave"}, say=lambda _line: None)
-    assert len(results) == 5 * 4  # model, emit, model, bash, model x four crash points
+    results = run_cells(turn, {"leave"}, points=(point,), say=lambda _line: None)
+    assert len(results) == 5  # model, emit, model, bash, model
     bad = [r for r in results if not r.ok]
     assert not bad, bad
     clean = shown["clean"]
