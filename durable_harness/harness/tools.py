@@ -154,8 +154,10 @@ class _SigintWatch:
     def __enter__(self) -> _SigintWatch:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
+            # None: a handler not set from Python, which could not be put back after.
+            if self._previous is not None:
+                signal.signal(signal.SIGINT, self._handle)
+                self._installed = True
         return self
 
     def __exit__(self, *_exc: object) -> None:
