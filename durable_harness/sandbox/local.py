@@ -42,7 +42,7 @@ from typing import Any
 import pexpect
 
 from durable_harness.core.errors import SandboxError
-from durable_harness.core.sandbox import Sandbox, ShellResult, shell_text
+from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted, shell_text
 
 __all__ = ["LocalSandbox"]
 
@@ -132,6 +132,9 @@ class LocalSandbox(Sandbox):
         limit = self.timeout if timeout is None else timeout
         if limit <= 0:
             raise SandboxError(f"timeout must be positive, got {limit}")
+        limit, note = cap_timeout(limit)
+        if note:
+            return noted(self.bash(command, limit), note)
         child = self._shell()
         self._script.write_bytes(command.encode("utf-8"))
         token = secrets.token_hex(8)
