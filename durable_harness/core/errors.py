@@ -9,6 +9,8 @@ with ``raise WorldError(...) from exc`` so callers never catch a driver's except
     DurableHarnessError
     ├── ConfigError             bad flag, unknown agent/World, bad URL, missing API key
     ├── ToolDefinitionError     a tool without a replay label, bad schema, unreadable tools file
+    ├── ToolExited              a host tool raised SystemExit, KeyboardInterrupt or another
+    │                           BaseException: its call's failure, never the worker's exit
     ├── ReplayDivergence        the replayed step differs from the recorded one (invariant 6)
     ├── WorldError              a storage/queue backend failed
     │   ├── NotFound            no such session, turn or blob
@@ -40,6 +42,13 @@ class ConfigError(DurableHarnessError):
 
 class ToolDefinitionError(DurableHarnessError):
     """A tool cannot be registered (for example it has no ``replay`` label)."""
+
+
+class ToolExited(DurableHarnessError):
+    """A host tool's function raised SystemExit (``sys.exit()``), KeyboardInterrupt or
+    another non-``Exception`` BaseException. Left alone, that would end the worker (or the
+    proxy thread serving the call) on every delivery of the turn; instead it is the call's
+    failure, which the model is told, like any exception a tool raises."""
 
 
 class ReplayDivergence(DurableHarnessError):

@@ -35,8 +35,18 @@ from durable_harness.core.errors import SandboxError
 from durable_harness.core.settings import Settings
 
 
+def shell_text(data: bytes) -> str:
+    """A command's output, losslessly: see :class:`ShellResult`."""
+    return data.decode("utf-8", "surrogateescape")
+
+
 @dataclass(frozen=True)
 class ShellResult:
+    """A command's result. ``stdout`` and ``stderr`` are its bytes decoded as UTF-8 with
+    ``surrogateescape`` (:func:`shell_text`): a byte that is not UTF-8 is U+DC80..U+DCFF,
+    so the journal records, and a replay returns, exactly what the command wrote; only
+    what is sent to a model provider shows it as U+FFFD."""
+
     exit_code: int
     stdout: str
     stderr: str
@@ -96,7 +106,12 @@ class Sandbox(abc.ABC, Closing):
     snapshots: bool = False
 
     @abc.abstractmethod
-    def read(self, path: str) -> str: ...
+    def read(self, path: str) -> str:
+        """The file's text, for the model: bytes that are not UTF-8 shown as U+FFFD."""
+
+    @abc.abstractmethod
+    def read_data(self, path: str) -> bytes:
+        """The file's bytes, exactly (what :meth:`edit` changes)."""
 
     @abc.abstractmethod
     def write(self, path: str, content: str) -> None: ...
@@ -106,7 +121,17 @@ class Sandbox(abc.ABC, Closing):
         is absent or occurs more than once (then the model must quote more context)."""
         if not old:
             raise SandboxError("edit: the text to replace is empty; give the exact text")
-        text = self.read(path)
+        data = self.read_data(path)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # read() shows such bytes as U+FFFD; writing that text back would replace every
+            # one of them in the file, not just the text the model asked to change.
+            raise SandboxError(
+                f"edit: {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                f"{exc.start}), and edit would rewrite its other bytes; the file is unchanged. "
+                "Change it with the shell instead (sed, or iconv to convert it)"
+            ) from None
         found = text.count(old)
         if found == 0:
             raise SandboxError(

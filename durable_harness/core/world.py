@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from durable_harness.core.canonical import without_surrogates
 from durable_harness.core.closing import Closing
 from durable_harness.core.errors import WorldError
 from durable_harness.core.types import (
@@ -160,12 +161,15 @@ class Queue(abc.ABC):
         ``error`` as the turn's last error. Fenced."""
 
     def complete_turn(self, lease: Lease, result: str) -> None:
-        """Mark the turn ``done`` with its final reply and delete its message. Fenced."""
-        self.end_turn(lease, TurnStatus.DONE, result=result, error=None)
+        """Mark the turn ``done`` with its final reply and delete its message. Fenced.
+
+        The reply is text for a person and a text column, where a lone surrogate cannot
+        go: it is stored with U+FFFD in its place (the steps keep the exact bytes)."""
+        self.end_turn(lease, TurnStatus.DONE, result=without_surrogates(result), error=None)
 
     def fail_turn(self, lease: Lease, error: str) -> None:
         """Mark the turn ``failed`` for good (no more deliveries). Fenced."""
-        self.end_turn(lease, TurnStatus.FAILED, result=None, error=error)
+        self.end_turn(lease, TurnStatus.FAILED, result=None, error=without_surrogates(error))
 
     @abc.abstractmethod
     def end_turn(

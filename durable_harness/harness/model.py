@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 
 import anthropic
 
+from durable_harness.core.canonical import without_surrogates
 from durable_harness.core.errors import ConfigError, ModelError
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -59,7 +60,9 @@ class ModelClient:
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
-            message = self._client.messages.create(**request)
+            # A provider refuses a lone surrogate (a model's cut-off pair, a shell's byte
+            # that is not UTF-8, both kept exactly in the journal): it is sent as U+FFFD.
+            message = self._client.messages.create(**without_surrogates(request))
         except anthropic.APIStatusError as exc:
             raise ModelError(
                 f"model endpoint {self.base_url} answered {exc.status_code}: {exc.message}"

@@ -20,17 +20,22 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from durable_harness.core.errors import ToolDefinitionError
+from durable_harness.core.errors import ToolDefinitionError, ToolExited
 from durable_harness.core.keys import idempotency_key
 from durable_harness.core.types import REPLAY_RULES, Replay
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,70 @@ class Tool:
             raise ToolInputError(f"invalid input for {self.name}: {exc}") from exc
 
     def invoke(self, raw: dict[str, Any], ctx: ToolContext) -> Any:
+        """Run the tool; a ``sys.exit()`` in it raises :class:`ToolExited` (see
+        :func:`contained`), so every caller's ``except Exception`` makes it the result."""
         args = self.parse_input(raw)
         if len(inspect.signature(self.fn).parameters) >= 2:
-            return self.fn(args, ctx)
-        return self.fn(args)
+            return contained(f"tool {self.name!r}", self.fn, args, ctx)
+        return contained(f"tool {self.name!r}", self.fn, args)
+
+
+def contained(what: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` from a user's tools file, where a BaseException that is not an
+    Exception (``sys.exit()``, ``raise KeyboardInterrupt``, a ``BaseException`` subclass)
+    becomes :class:`ToolExited`: the tools file is the user's code, run by a worker that
+    must outlive it. A Ctrl-C the worker really received while ``fn`` ran (SIGINT, seen
+    in the main thread only) still interrupts: that one is the operator's, and recording it
+    as the tool's failure would tell the model a call failed that may have taken effect.
+    ``GeneratorExit`` passes (it is Python's own). ``os._exit`` cannot be caught in-process.
+    """
+    with _SigintWatch() as watch:
+        try:
+            return fn(*args)
+        except (Exception, GeneratorExit):
+            raise
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt) and watch.received:
+                raise
+            raise ToolExited(
+                f"{what} raised {type(exc).__name__}{_args_text(exc)}: a tools file may not "
+                "exit or interrupt the worker"
+            ) from exc
+
+
+def _args_text(exc: BaseException) -> str:
+    return f"({', '.join(repr(a) for a in exc.args)})"
+
+
+class _SigintWatch:
+    """Notes whether SIGINT arrives while installed (main thread only: Python runs signal
+    handlers there, so a KeyboardInterrupt in another thread is never a real Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> _SigintWatch:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.getsignal(signal.SIGINT)
+            # None: a handler not set from Python, which could not be put back after.
+            if self._previous is not None:
+                signal.signal(signal.SIGINT, self._handle)
+                self._installed = True
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        previous = self._previous
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
 
 
 def check_replay(name: str, replay: object) -> None:
@@ -217,7 +282,7 @@ def load_tools(spec: str) -> list[Tool]:
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_name] = module
     try:
-        module_spec.loader.exec_module(module)
+        contained(f"importing {path}", module_spec.loader.exec_module, module)
     except Exception as exc:  # the user's file: any error is theirs to fix
         raise ToolDefinitionError(
             f"--tools {spec!r}: importing {path} failed: {type(exc).__name__}: {exc}"

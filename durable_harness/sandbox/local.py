@@ -42,7 +42,7 @@ from typing import Any
 import pexpect
 
 from durable_harness.core.errors import SandboxError
-from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted
+from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted, shell_text
 
 __all__ = ["LocalSandbox"]
 
@@ -105,9 +105,12 @@ class LocalSandbox(Sandbox):
 
     def read(self, path: str) -> str:
         """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
+        return self.read_data(path).decode("utf-8", errors="replace")
+
+    def read_data(self, path: str) -> bytes:
         full = self._resolve(path)
         try:
-            return full.read_bytes().decode("utf-8", errors="replace")
+            return full.read_bytes()
         except FileNotFoundError:
             raise SandboxError(f"read: no such file: {path}") from None
         except OSError as exc:
@@ -222,7 +225,7 @@ class LocalSandbox(Sandbox):
 def _text(data: Any) -> str:
     if not isinstance(data, bytes):
         return ""
-    return data.decode("utf-8", errors="replace")
+    return shell_text(data)
 
 
 def _strip_start(output: str, token: str) -> str:

@@ -61,6 +61,7 @@ from durable_harness.core.sandbox import (
     cap_timeout,
     check_state_paths,
     noted,
+    shell_text,
 )
 from durable_harness.sandbox.justbash import (
     WORKSPACE,
@@ -208,6 +209,9 @@ class VirtualSandbox(Sandbox):
 
     def read(self, path: str) -> str:
         """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
+        return self.read_data(path).decode("utf-8", errors="replace")
+
+    def read_data(self, path: str) -> bytes:
         full = self._resolve(path)
         try:
             data: bytes = drive(self._fs.read_file_bytes(full))
@@ -217,7 +221,7 @@ class VirtualSandbox(Sandbox):
             raise SandboxError(f"read: {path} is a directory") from None
         except OSError as exc:
             raise SandboxError(f"read: {path}: {exc}") from None
-        return data.decode("utf-8", errors="replace")
+        return data
 
     def write(self, path: str, content: str) -> None:
         """Create or replace the file (and its parent directories) with ``content``."""
@@ -402,10 +406,11 @@ def _limit_message(limit: str, result: ShellResult) -> str:
 
 
 def _text(output: str) -> str:
-    """Command output as valid text: bytes of binary files (carried as surrogates, see
-    :mod:`.justbash`) become U+FFFD."""
+    """Command output as :class:`ShellResult` holds it: bytes of binary files arrive as
+    surrogates already (see :mod:`.justbash`), which is :func:`shell_text`'s form; any other
+    lone surrogate (a string the shell made) is U+FFFD."""
     try:
         raw = output.encode("utf-8", errors="surrogateescape")
     except UnicodeEncodeError:
         return output.encode("utf-8", errors="replace").decode("utf-8")
-    return raw.decode("utf-8", errors="replace")
+    return shell_text(raw)

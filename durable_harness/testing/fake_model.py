@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import signal
 import sys
 import threading
@@ -85,6 +86,15 @@ __all__ = [
 ]
 
 _LOGGED_TEXT = 500  # the log keeps the start of the last user text, enough to recognise it
+
+
+# A JSON escape of a surrogateescape surrogate (not itself an escaped backslash).
+_ESCAPED_BYTE = re.compile(rb"(?<!\\)\\udc([89a-f][0-9a-f])")
+
+
+def _raw_bytes(data: bytes) -> bytes:
+    """``data`` with each ``\\udcXX`` escape (XX >= 80) as the byte XX: see ``raw_bytes``."""
+    return _ESCAPED_BYTE.sub(lambda m: bytes([int(m.group(1), 16)]), data)
 
 
 class FakeModelServer(Closing):
@@ -250,6 +260,9 @@ class FakeModelServer(Closing):
             answer.chunk_delay_s = rule.reply.chunk_delay_ms / 1000
         else:
             answer.body = dumps_compact(reply)
+        if rule.reply.raw_bytes:
+            answer.body = _raw_bytes(answer.body)
+            answer.events = None if answer.events is None else list(map(_raw_bytes, answer.events))
         answer.stream_fault = rule.reply.stream_fault
         answer.fault_after = rule.reply.fault_after
         return answer

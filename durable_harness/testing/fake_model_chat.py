@@ -59,7 +59,11 @@ def chat_request_hash(request: dict[str, Any]) -> str:
 
 def build_completion(request: dict[str, Any], rule: Rule, digest: str) -> dict[str, Any]:
     """The ``chat.completion`` ``rule`` gives to ``request`` (ids seeded by ``digest``)."""
-    message: dict[str, Any] = {"role": "assistant", "content": rule.reply.text, "refusal": None}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": rule.reply.content_text,
+        "refusal": None,
+    }
     calls = []
     for index, tool in enumerate(rule.reply.tool_use):
         seed = hashlib.sha256(f"{digest}{index}".encode()).hexdigest()

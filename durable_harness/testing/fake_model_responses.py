@@ -64,14 +64,16 @@ def responses_request_hash(request: dict[str, Any]) -> str:
 def build_response(request: dict[str, Any], rule: Rule, digest: str) -> dict[str, Any]:
     """The Responses API response ``rule`` gives to ``request`` (ids seeded by ``digest``)."""
     output: list[dict[str, Any]] = []
-    if rule.reply.text is not None:
+    if rule.reply.content_text is not None:
         output.append(
             {
                 "id": "msg_" + digest[:24],
                 "type": "message",
                 "status": "completed",
                 "role": "assistant",
-                "content": [{"type": "output_text", "text": rule.reply.text, "annotations": []}],
+                "content": [
+                    {"type": "output_text", "text": rule.reply.content_text, "annotations": []}
+                ],
             }
         )
     for index, tool in enumerate(rule.reply.tool_use):

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from durable_harness.core.canonical import canonical_json as core_canonical_json
 from durable_harness.core.canonical import dumps_compact
 from durable_harness.core.errors import ConfigError
 
@@ -133,6 +134,12 @@ class Reply(_Strict):
     """What a matching rule answers: text and/or tool_use blocks, or an error."""
 
     text: str | None = Field(default=None, min_length=1)
+    text_json: str | None = Field(default=None, min_length=1)
+    """The text as the inside of a JSON string literal, read as JSON reads it (instead of
+    ``text``): how a script gives what TOML cannot hold, a lone surrogate (``'\ud83d'``)."""
+    raw_bytes: bool = False
+    """Send each U+DC80..U+DCFF of the text as the single byte it stands for
+    (``surrogateescape``), unescaped: a reply whose bytes are not valid UTF-8."""
     tool_use: list[ToolUse] = Field(default_factory=list)
     error: ErrorReply | None = None
     delay_ms: int = Field(default=0, ge=0)
@@ -145,12 +152,27 @@ class Reply(_Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Reply:
-        has_content = self.text is not None or bool(self.tool_use)
+        if self.text is not None and self.text_json is not None:
+            raise ValueError("give text or text_json, not both")
+        if self.text_json is not None:
+            try:
+                json.loads(f'"{self.text_json}"')
+            except ValueError as exc:
+                raise ValueError(f"text_json is not the inside of a JSON string: {exc}") from exc
+        has_content = self.content_text is not None or bool(self.tool_use)
         if self.error is not None and has_content:
             raise ValueError("give either error or text/tool_use, not both")
         if self.error is None and not has_content:
             raise ValueError("give text, tool_use or error")
         return self
+
+    @property
+    def content_text(self) -> str | None:
+        """The reply's text, from ``text`` or ``text_json``."""
+        if self.text_json is not None:
+            text: str = json.loads(f'"{self.text_json}"')
+            return text
+        return self.text
 
     @property
     def stop_reason(self) -> str:
@@ -364,7 +386,8 @@ def canonical_request(request: dict[str, Any]) -> str:
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # The journal's spelling (lone surrogates escaped, so a request holding one hashes).
+    return core_canonical_json(value)
 
 
 def stable_digest(request: dict[str, Any], volatile: tuple[str, ...]) -> str:
@@ -391,8 +414,9 @@ def build_message(request: dict[str, Any], rule: Rule) -> dict[str, Any]:
     canonical = canonical_request(request)
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     content: list[dict[str, Any]] = []
-    if rule.reply.text is not None:
-        content.append({"type": "text", "text": rule.reply.text})
+    text = rule.reply.content_text
+    if text is not None:
+        content.append({"type": "text", "text": text})
     for index, tool in enumerate(rule.reply.tool_use):
         tool_id = "toolu_" + hashlib.sha256(f"{digest}{index}".encode()).hexdigest()[:24]
         content.append({"type": "tool_use", "id": tool_id, "name": tool.name, "input": tool.input})

@@ -14,7 +14,7 @@ import pytest
 from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox import open_sandbox
-from durable_harness.sandbox.docker import LABEL_MANAGED, LABEL_SESSION, DockerSandbox
+from durable_harness.sandbox.docker import LABEL_MANAGED, LABEL_SESSION, DockerSandbox, files
 from durable_harness.worlds import open_world
 
 LIMITS: dict[str, Any] = {"memory": "256m", "pids": 128, "cpus": 1.0, "timeout": 30.0}
@@ -55,6 +55,26 @@ def test_session_records_outside_the_workspace(box: DockerSandbox) -> None:
         box.write_bytes("/etc/x", b"")
     with pytest.raises(SandboxError, match="outside the workspace"):
         box.read_bytes("/home/agent/../../etc/passwd")
+
+
+def test_a_read_cut_by_the_output_cap_fails_loudly(
+    box: DockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session record or file longer than a read may take is an error, never the cap's
+    head, note and tail taken for its contents (then saved as the record, or edited)."""
+    record = "/home/agent/.claude/projects/-workspace/big.jsonl"
+    box.write_bytes(record, b'{"type":"user"}\n' * 100)
+    box.write("big.txt", "x" * 1600)
+    monkeypatch.setattr(files, "READ_CAP", 1000)
+    with pytest.raises(SandboxError, match="cut by 600 bytes at the read's cap"):
+        box.read_bytes(record)
+    with pytest.raises(SandboxError, match="cut by 600 bytes"):
+        box.read("big.txt")
+    with pytest.raises(SandboxError, match="cut by 600 bytes"):
+        box.edit("big.txt", "x" * 1600, "y")
+    monkeypatch.undo()
+    assert box.read_bytes(record) == b'{"type":"user"}\n' * 100
+    assert box.read("big.txt") == "x" * 1600
 
 
 def test_large_files_and_large_output(box: DockerSandbox) -> None:

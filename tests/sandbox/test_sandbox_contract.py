@@ -308,3 +308,23 @@ def test_a_byte_cap_is_a_sandbox_error_and_the_sandbox_stays_usable(
 def test_open_sandbox_names_the_backend(sandbox_spec: SandboxSpec, sandbox: Sandbox) -> None:
     assert type(sandbox).__module__ == f"durable_harness.sandbox.{sandbox_spec.name}"
     assert sandbox.__enter__() is sandbox
+
+
+def test_edit_refuses_a_file_that_is_not_utf8(sandbox_spec: SandboxSpec) -> None:
+    """A latin-1 file: read shows its é as U+FFFD, and edit refuses to write that back
+    (it would rewrite every such byte); the file keeps its bytes. A UTF-8 file next to it
+    is edited as usual."""
+    box = sandbox_spec.open()
+    latin1 = "café old\n".encode("latin-1")
+    if sandbox_spec.caps.exports_state:
+        box.import_state(SandboxState(files={"l1.txt": latin1}, cwd=sandbox_spec.root(box)))
+    else:  # a real bash: printf writes the byte itself
+        assert box.bash(r"printf 'caf\351 old\n' > l1.txt").exit_code == 0
+    assert box.read_data("l1.txt") == latin1
+    assert box.read("l1.txt") == "caf\ufffd old\n"
+    with pytest.raises(SandboxError, match=r"not UTF-8 text .*byte 0xe9 at offset 3"):
+        box.edit("l1.txt", "old", "new")
+    assert box.read_data("l1.txt") == latin1
+    box.write("u8.txt", "café old\n")
+    box.edit("u8.txt", "old", "new")
+    assert box.read_data("u8.txt") == "café new\n".encode()

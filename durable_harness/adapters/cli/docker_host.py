@@ -153,7 +153,8 @@ class DockerCliHost(CliHost):
 
     def find_files(self, folder: str, name: str) -> list[str]:
         found = self.sandbox.exec('find "$1" -type f -name "$2" 2>/dev/null', folder, name)
-        return sorted(found.stdout.decode(errors="replace").splitlines())
+        listing = found.whole_stdout(f"finding {name} in {folder}")
+        return sorted(listing.decode(errors="replace").splitlines())
 
     def start(self, launch: CliLaunch) -> CliRun:
         home = self.home(launch.job_id)

@@ -24,7 +24,7 @@ from typing import Any
 
 from durable_harness.adapters.proxy.canonical import Canonicalizer
 from durable_harness.adapters.proxy.chunked import ChunkedReply
-from durable_harness.adapters.proxy.sse import EventSplitter, MalformedStream
+from durable_harness.adapters.proxy.sse import EventSplitter, MalformedStream, event_bytes
 from durable_harness.adapters.proxy.upstream import UpstreamBroke, UpstreamReply
 from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.base import WireFormat, error_text
@@ -136,7 +136,7 @@ class Teed:
 
     def release(self) -> None:
         for text in self.held:
-            self.client.write(text.encode())
+            self.client.write(event_bytes(text))
         self.client.end()
 
 
@@ -167,7 +167,7 @@ def tee_stream(
             for text in splitter.feed(chunk):
                 event = wire.parse_event(text)
                 if event is None:  # a keep-alive comment
-                    client.write(text.encode())
+                    client.write(event_bytes(text))
                     continue
                 kept.append(text)
                 parsed.append(event.data)
@@ -177,7 +177,7 @@ def tee_stream(
                     stopped = True
                     break
                 if held is None or event.type in wire.error_events:
-                    client.write(text.encode())
+                    client.write(event_bytes(text))
                 if event.type in wire.error_events:
                     problem = f"the model endpoint failed mid-stream: {error_text(text)}"
                     client.end()

@@ -64,6 +64,7 @@ from durable_harness.adapters.proxy.journaling import (
     tee_stream,
 )
 from durable_harness.adapters.proxy.mcp_transport import McpTransport
+from durable_harness.adapters.proxy.sse import event_bytes
 from durable_harness.adapters.proxy.upstream import (
     Upstream,
     UpstreamBroke,
@@ -323,7 +324,7 @@ class _Handler:
             client = ChunkedReply(self.exchange)
             client.start(200, headers)
             for text in events:
-                client.write(text.encode())
+                client.write(event_bytes(text))
             client.end()
         else:
             message = message_of(recorded, self.wire)

@@ -34,6 +34,7 @@ __all__ = [
     "SseEvent",
     "assemble_message",
     "error_event",
+    "event_bytes",
     "events_for_message",
     "parse_event",
 ]
@@ -54,6 +55,10 @@ class EventSplitter:
     """Cuts a byte stream into complete SSE events (text), keeping partial ones for later.
 
     Bytes may split a UTF-8 character or an event anywhere; only whole events come out.
+    A byte that is not part of valid UTF-8 comes out as the surrogate ``surrogateescape``
+    maps it to (U+DC80..U+DCFF): the event is still recorded and passed on, and
+    :func:`event_bytes` gives back exactly the bytes received (the journal's canonical
+    JSON keeps such a surrogate as its ``\\udcXX`` escape, so a replay sends them too).
     """
 
     def __init__(self) -> None:
@@ -67,15 +72,17 @@ class EventSplitter:
             if cut < 0:
                 return events
             raw, self._pending = self._pending[:cut], self._pending[cut:]
-            try:
-                events.append(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise MalformedStream(f"an event is not UTF-8: {exc}") from None
+            events.append(raw.decode("utf-8", "surrogateescape"))
 
     @property
     def leftover(self) -> bytes:
         """Bytes of an event that never ended (non-empty only for a cut-off stream)."""
         return self._pending
+
+
+def event_bytes(text: str) -> bytes:
+    """The bytes of an event text from :class:`EventSplitter` (or one made here)."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _event_end(buffer: bytes) -> int:

@@ -58,11 +58,10 @@ import docker.errors
 import requests
 
 from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
-from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted
+from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted, shell_text
 from durable_harness.core.settings import Settings
 from durable_harness.sandbox.docker import exec as docker_exec
 from durable_harness.sandbox.docker import scripts as sh
-from durable_harness.sandbox.docker.exec import text
 from durable_harness.sandbox.docker.files import DockerFiles
 from durable_harness.sandbox.docker.jobs import DetachedJobs
 from durable_harness.sandbox.docker.state import DockerState
@@ -408,8 +407,8 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             environment={"__DH_OUTER": sh.BASH, "__DH_INNER": sh.INNER},
         )
         elapsed = time.monotonic() - started
-        stdout = text(result.stdout)
-        stderr, pid_hits, oom_kills = _split_report(text(result.stderr), token)
+        stdout = shell_text(result.stdout)
+        stderr, pid_hits, oom_kills = _split_report(shell_text(result.stderr), token)
         note = f"bash: timed out after {limit:g}s; the command was stopped\n"
         if result.timed_out:  # the container did not answer in time
             return ShellResult(_TIMEOUT_EXIT_CODE, stdout, stderr + note, timed_out=True)

@@ -28,6 +28,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from durable_harness.core.errors import SandboxError
+
 __all__ = ["ExecResult", "run", "stream"]
 
 _CHUNK = 65536
@@ -43,6 +45,23 @@ class ExecResult:
     stdout: bytes
     stderr: bytes
     timed_out: bool = False
+    #: Bytes of stdout left out by the cap (a note in ``stdout`` marks where).
+    stdout_cut: int = 0
+
+    def whole_stdout(self, what: str) -> bytes:
+        """``stdout`` when nothing was left out of it; SandboxError otherwise. For the
+        reads whose output is data, not text for the model (a file's contents, a session
+        record, a snapshot's tar or listing): the note the cap puts in would become part
+        of the data, and a record or snapshot saved so would be taken for whole."""
+        if self.stdout_cut:
+            raise SandboxError(
+                f"{what}: the output was cut by {self.stdout_cut:,} bytes at the read's cap "
+                "(the data grew while it was read, or is larger than a read may be); "
+                "nothing was taken from it"
+            )
+        if self.timed_out:
+            raise SandboxError(f"{what}: the read timed out before its end; nothing was taken")
+        return self.stdout
 
 
 class Commands:
@@ -193,7 +212,7 @@ def run(
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return ExecResult(None, out.value(), err.value(), timed_out=True)
+                return ExecResult(None, out.value(), err.value(), True, out.dropped)
             for _key, mask in selector.select(min(remaining, 1.0)):
                 if writing and mask & selectors.EVENT_WRITE:
                     try:
@@ -220,7 +239,8 @@ def run(
                         # closing it. Its exit code says what happened.
                         data = b""
                     if not data:
-                        return ExecResult(_exit_code(api, exec_id), out.value(), err.value())
+                        code = _exit_code(api, exec_id)
+                        return ExecResult(code, out.value(), err.value(), False, out.dropped)
                     for kind, payload in frames.feed(data):
                         (out if kind == _STDOUT else err).add(payload)
     finally:

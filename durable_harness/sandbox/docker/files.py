@@ -16,6 +16,10 @@ from durable_harness.sandbox.docker import exec as docker_exec
 from durable_harness.sandbox.docker import scripts as sh
 from durable_harness.sandbox.docker.exec import Commands, text
 
+#: The most a file read takes from the container (the cap of its exec's output). Past it
+#: the read fails (``ExecResult.whole_stdout``): a file's contents are never cut.
+READ_CAP = 1 << 31
+
 
 class DockerFiles(Commands, Sandbox):
     """The file operations of :class:`~durable_harness.sandbox.docker.DockerSandbox`."""
@@ -44,11 +48,14 @@ class DockerFiles(Commands, Sandbox):
 
     def read(self, path: str) -> str:
         """The file's text; bytes that are not UTF-8 are shown as U+FFFD."""
+        return text(self.read_data(path))
+
+    def read_data(self, path: str) -> bytes:
         full = self._path(path)
-        result = self.exec(sh.READ, full, max_output=1 << 30)
+        result = self.exec(sh.READ, full, max_output=READ_CAP)
         if result.exit_code != 0:
             raise self._file_error("read", path, result)
-        return text(result.stdout)
+        return result.whole_stdout(f"read: {path}")
 
     def write(self, path: str, content: str) -> None:
         """Create or replace the file (and its parent directories) with ``content``."""
@@ -60,12 +67,12 @@ class DockerFiles(Commands, Sandbox):
     def read_bytes(self, path: str) -> bytes | None:
         """The bytes of a container file under ``/workspace``, ``/home/agent`` or ``/tmp``
         (for a CLI's session record), or None if there is none."""
-        result = self.exec(sh.READ_ANY, path, max_output=1 << 31)
+        result = self.exec(sh.READ_ANY, path, max_output=READ_CAP)
         if result.exit_code == sh.NOT_FOUND:
             return None
         if result.exit_code != 0:
             raise self._file_error("read", path, result)
-        return result.stdout
+        return result.whole_stdout(f"reading {path}")
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Create or replace a container file under ``/workspace``, ``/home/agent`` or

@@ -32,7 +32,7 @@ class DockerState(Commands, Sandbox):
         result = self.exec(sh.LIST, max_output=1 << 30)
         if result.exit_code != 0:
             raise SandboxError(f"listing the workspace failed: {text(result.stderr)[-500:]}")
-        cwd, *records = result.stdout.split(b"\0")
+        cwd, *records = result.whole_stdout("listing the workspace").split(b"\0")
         listing: dict[str, tuple[int, str]] = {}
         for record in records:
             if record:
@@ -61,7 +61,8 @@ class DockerState(Commands, Sandbox):
             result = self.exec(
                 sh.EXPORT, stdin=names, max_output=2 * size + 1024 * (len(changed) + 4) + (1 << 20)
             )
-            with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as archive:
+            data = result.whole_stdout("copying the workspace out for a snapshot")
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
                 for member in archive:
                     handle = archive.extractfile(member) if member.isfile() else None
                     if handle is not None and member.name in listing:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from typing import Any
 
@@ -18,6 +20,27 @@ from durable_harness.core.world import JournalStore, Outcome
 from durable_harness.worlds.postgres import connections as db
 from durable_harness.worlds.postgres import sql
 from durable_harness.worlds.postgres.connections import PostgresConnections
+
+# What jsonb cannot hold (it refuses the escapes \u0000 and of a lone surrogate, where a
+# text column holds the canonical JSON of outputs and inputs, escapes and all).
+_NOT_JSONB = re.compile("[\x00\ud800-\udfff]")
+
+
+def jsonb_meta(meta: dict[str, Any]) -> Jsonb:
+    """A step's metadata as jsonb. Metadata is for ``show`` and our own digests, never
+    replayed as a result; a NUL or lone surrogate in it (a model's odd message id) becomes
+    U+FFFD rather than making the step unrecordable."""
+    return Jsonb(meta, dumps=lambda value: json.dumps(_storable(value)))
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _NOT_JSONB.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(v) for v in value]
+    return value
 
 
 class PostgresJournal(PostgresConnections, JournalStore):
@@ -43,7 +66,7 @@ class PostgresJournal(PostgresConnections, JournalStore):
             "attempts": step.attempts,
             "epoch": step.epoch,
             "started_at": step.started_at or time.time(),
-            "meta": Jsonb(step.meta),
+            "meta": jsonb_meta(step.meta),
         }
 
         def op(conn: psycopg.Connection[Any], retried: bool) -> None:
@@ -92,7 +115,8 @@ class PostgresJournal(PostgresConnections, JournalStore):
             "status": outcome.status.value,
             "output": outcome.output,
             "output_blob": outcome.output_blob,
-            "meta": Jsonb(outcome.meta),  # merged into the intent's meta: what it recorded stays
+            # merged into the intent's meta: what it recorded stays
+            "meta": jsonb_meta(outcome.meta),
             "now": time.time(),
         }
 

@@ -123,8 +123,9 @@ class PostgresQueue(PostgresConnections, Queue):
             "turn_id": lease.turn_id,
             "epoch": lease.epoch,
             "status": status.value,
-            "result": result,
-            "error": error,
+            # A text column cannot hold NUL (a model may answer "\u0000"): U+FFFD instead.
+            "result": None if result is None else result.replace("\x00", "\ufffd"),
+            "error": None if error is None else error.replace("\x00", "\ufffd"),
         }
 
         def op(conn: psycopg.Connection[Any], retried: bool) -> None:
