@@ -98,3 +98,14 @@ def refuse_unknown_options(world: str, options: dict[str, Any]) -> None:
     """The options a backend did not take are mistakes: one error naming them all."""
     if options:
         raise ConfigError(f"unknown option(s) for the {world} World: {', '.join(sorted(options))}")
+
+
+class AgentUserSettings(EnvSettings):
+    """Who a host-folder agent runs as (the built-in agent's local sandbox, a CLI on a host
+    folder): ``DURABLE_HARNESS_AGENT_USER``, an unprivileged account of its own (the worker
+    must be root to switch to it; scripts/setup creates the default one), unless the
+    operator accepts ``DURABLE_HARNESS_UNSAFE_SAME_USER=1``: the agent then runs with the
+    worker's uid and can read the worker's environment and the World's files."""
+
+    agent_user: str = "durable-harness-agent"
+    unsafe_same_user: bool = False
