@@ -44,7 +44,6 @@ answering only from the journal: zero upstream calls, zero tool runs.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,6 @@ from durable_harness.adapters.opencode.home import (
     DATABASE,
     OPENCODE_ENV,
     OPENCODE_VERSION,
-    base_env,
     home_files,
     prepare_home,
 )
@@ -85,6 +83,7 @@ from durable_harness.adapters.opencode.tools import HOST_TOOL_PREFIX, CallIds, O
 from durable_harness.core.errors import DurableHarnessError, ModelError, TurnFailed
 from durable_harness.core.types import Replay, Step
 from durable_harness.harness.model import resolve_endpoint
+from durable_harness.sandbox.agent_user import agent_user
 
 __all__ = [
     "OPENCODE_VERSION",
@@ -107,10 +106,9 @@ def find_opencode() -> str:
 def _read_version(host: CliHost, binary: str) -> str:
     if host.durable:
         return host.version(binary, dict(OPENCODE_ENV))
-    # On this machine: a throwaway HOME, so the CLI reads no user config.
-    with tempfile.TemporaryDirectory(prefix="durable-harness-opencode-") as home:
-        env = {**base_env(Path(home)), **OPENCODE_ENV}
-        return HostCliHost(Path.cwd(), {}).version(binary, env)
+    # On this machine as the agent user, with a throwaway HOME of the host's.
+    user = agent_user()
+    return HostCliHost(Path.cwd(), {}, user=user).version(binary, dict(OPENCODE_ENV))
 
 
 #: OpenCode tools that only read (files, the web, its own todo list and skills).
