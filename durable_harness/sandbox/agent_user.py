@@ -124,11 +124,13 @@ def agent_env(
     return env
 
 
-def as_agent(user: AgentUser | None, argv: list[str]) -> list[str]:
-    """``argv`` run as ``user`` (through :mod:`.become`: a subreaper, no groups, the
-    agent's umask); under the unsafe same-user mode only the subreaper and umask."""
+def as_agent(user: AgentUser | None, argv: list[str], *, reap: bool = False) -> list[str]:
+    """``argv`` run as ``user`` (through :mod:`.become`: no groups, the agent's umask; with
+    ``reap`` a subreaper, for :func:`kill_below`); under the unsafe same-user mode only the
+    umask and subreaper."""
     uid, gid = ("-", "-") if user is None else (str(user.uid), str(user.gid))
-    return [sys.executable, "-I", "-S", become.__file__, uid, gid, f"{_UMASK:o}", "--", *argv]
+    flags = [uid, gid, f"{_UMASK:o}", "1" if reap else "0"]
+    return [sys.executable, "-I", "-S", become.__file__, *flags, "--", *argv]
 
 
 def private_home(user: AgentUser | None, prefix: str) -> str:

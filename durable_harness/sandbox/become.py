@@ -1,12 +1,13 @@
 """Start a host-folder agent's process as the agent user: ``python -I -S become.py <uid>
-<gid> <umask> -- <command> [args…]`` (standard library only; ``-`` for uid and gid keeps
-the worker's, the operator's unsafe same-user mode).
+<gid> <umask> <reap> -- <command> [args…]`` (standard library only; ``-`` for uid and gid
+keeps the worker's, the operator's unsafe same-user mode).
 
-It makes itself a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``, kept across the
-exec), so a process the command leaves behind in a session of its own (``setsid``) is
-re-parented to the command, not to init, and stays below it, where the worker finds and
-kills it (``agent_user.kill_below``); then it drops every group, the gid and the uid, sets
-the umask, and execs the command in its place (same pid). Run by the worker as root: the
+With ``reap`` 1 it makes itself a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``, kept
+across the exec), so a process the command leaves behind in a session of its own
+(``setsid``) is re-parented to the command, not to init, and stays below it, where the
+worker finds and kills it (``agent_user.kill_below``; a CLI has adapters/cli/reaper.py
+above it for that instead); then it drops every group, the gid and the uid, sets the
+umask, and execs the command in its place (same pid). Run by the worker as root: the
 worker's own pid, environment and files stay out of the agent user's reach.
 """
 
@@ -22,16 +23,18 @@ PR_SET_CHILD_SUBREAPER = 36
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 5 or argv[3] != "--":
-        sys.stderr.write("usage: become.py <uid|-> <gid|-> <umask> -- <command> [args...]\n")
+    if len(argv) < 6 or argv[4] != "--":
+        sys.stderr.write("usage: become.py <uid|-> <gid|-> <umask> <reap> -- <command> ...\n")
         return 2
-    uid, gid, umask = argv[0], argv[1], int(argv[2], 8)
+    uid, gid, umask, reap = argv[0], argv[1], int(argv[2], 8), argv[3] == "1"
+    command = argv[5:]
     # Found while still the worker: after the switch nothing may be imported (the
     # worker's Python may live where the agent user cannot read, such as /root).
-    command = shutil.which(argv[4]) or argv[4]
+    path = shutil.which(command[0]) or command[0]
     # Not Linux (no prctl): the worker finds the command's processes by their parents only.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if reap:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if gid != "-":
         os.setgroups([])
         os.setresgid(int(gid), int(gid), int(gid))
@@ -41,9 +44,9 @@ def main(argv: list[str]) -> int:
             return 126  # never run an agent as root by mistake
     os.umask(umask)
     try:
-        os.execv(command, argv[4:])
+        os.execv(path, command)
     except OSError as exc:
-        sys.stderr.write(f"become.py: cannot run {argv[4]}: {exc}\n")
+        sys.stderr.write(f"become.py: cannot run {command[0]}: {exc}\n")
     return 127
 
 

@@ -195,7 +195,7 @@ class LocalSandbox(Sandbox):
             if self._child.isalive():
                 return self._child
             self._stop()
-        argv = as_agent(self._user, ["bash", "--noprofile", "--norc", "--noediting"])
+        argv = as_agent(self._user, ["bash", "--noprofile", "--norc", "--noediting"], reap=True)
         child = pexpect.spawn(
             argv[0],
             argv[1:],

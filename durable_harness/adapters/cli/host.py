@@ -262,7 +262,7 @@ class HostCliHost(CliHost):
         home = private_home(self.user, self.home_prefix)
         try:
             return subprocess.run(
-                as_agent(self.user, [binary, "--version"]),
+                self._as_agent([binary, "--version"]),
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -309,8 +309,11 @@ class HostCliHost(CliHost):
             self._granted = True
         hand_over(self.user, str(home))
         env = agent_env(str(home), self.user, launch.env)
-        argv = as_agent(self.user, launch.argv)
-        return _HostRun(argv, launch.stdin, self.workspace, env)
+        return _HostRun(self._as_agent(launch.argv), launch.stdin, self.workspace, env)
+
+    def _as_agent(self, argv: list[str]) -> list[str]:
+        # The worker's own uid (the developer opt-in, the unsafe same-user mode): as is.
+        return argv if self.user is None else as_agent(self.user, argv)
 
     def finish(self, job_id: str) -> None:
         home = self._homes.pop(job_id, None)
