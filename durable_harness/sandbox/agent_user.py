@@ -94,7 +94,7 @@ def agent_user() -> AgentUser | None:
     if entry.pw_uid == 0 or entry.pw_gid == 0:
         raise ConfigError(
             f"the agent user {name!r} (DURABLE_HARNESS_AGENT_USER) is root or in group 0: "
-            "give an unprivileged account"
+            f"give an unprivileged account, or {fix}"
         )
     return AgentUser(name, entry.pw_uid, entry.pw_gid)
 

@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from support import DEMO, make_harness
 
 from durable_harness.adapters.cli.host import HostCliHost
 from durable_harness.sandbox.agent_user import PASSED_ENV, agent_user
@@ -123,3 +124,19 @@ def test_a_cli_version_check_sees_only_the_allow_list(
     assert "HOME=" in out and CANARY not in out
     assert _names(out) <= set(PASSED_ENV) | OWN, _names(out) - set(PASSED_ENV) - OWN
     assert out.splitlines()[-1] == "durable-harness-agent"
+
+
+@pytest.mark.parametrize("agent", ["builtin", "pi"])
+def test_a_host_folder_without_its_agent_user_is_refused(tmp_path: Path, agent: str) -> None:
+    """No such account (or root as the agent user): the turn is refused before anything
+    runs, with what to do; nothing falls back to the worker's uid."""
+    for h in make_harness(tmp_path, DEMO / "script.toml"):
+        ws = tmp_path / "ws"
+        for name, expected in (("dh-no-such-user", "does not exist"), ("root", "is root")):
+            out = h.cli(
+                "run", "--agent", agent, "--workspace", str(ws), "hi",
+                DURABLE_HARNESS_AGENT_USER=name,
+            )  # fmt: skip
+            assert out.returncode == 2, out.stderr
+            assert expected in out.stderr and "DURABLE_HARNESS_UNSAFE_SAME_USER=1" in out.stderr
+        assert h.requests() == []  # no model call was made
