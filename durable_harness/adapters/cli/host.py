@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import json
 import os
 import queue
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -281,17 +283,24 @@ class HostCliHost(CliHost):
         return [sys.executable, "-I", "-S", hook_client.__file__, endpoint_file, event]
 
     def read_file(self, path: str) -> bytes | None:
-        # The worker may be root and the file the agent's: only a regular file inside the
-        # launch's HOME or the workspace, not a symlink the agent planted to a secret.
-        real = Path(os.path.realpath(path))
-        inside = [self.workspace, *self._homes.values()]
-        if not any(real.is_relative_to(os.path.realpath(root)) for root in inside):
-            return None
+        """None also for what the agent may have planted: a symlink, or a file that is
+        not (once opened, wherever a folder on the way led) a regular file inside the
+        launch's HOME or the workspace: the worker may be root, the file the agent's."""
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
+            raise
         with os.fdopen(fd, "rb") as f:
+            opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            inside = [self.workspace, *self._homes.values()]
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or not any(
+                opened.is_relative_to(os.path.realpath(root)) for root in inside
+            ):
+                return None
             return f.read()
 
     def find_files(self, folder: str, name: str) -> list[str]:

@@ -83,7 +83,6 @@ from durable_harness.adapters.opencode.tools import HOST_TOOL_PREFIX, CallIds, O
 from durable_harness.core.errors import DurableHarnessError, ModelError, TurnFailed
 from durable_harness.core.types import Replay, Step
 from durable_harness.harness.model import resolve_endpoint
-from durable_harness.sandbox.agent_user import agent_user
 
 __all__ = [
     "OPENCODE_VERSION",
@@ -104,11 +103,9 @@ def find_opencode() -> str:
 
 
 def _read_version(host: CliHost, binary: str) -> str:
-    if host.durable:
-        return host.version(binary, dict(OPENCODE_ENV))
-    # On this machine as the agent user, with a throwaway HOME of the host's.
-    user = agent_user()
-    return HostCliHost(Path.cwd(), {}, user=user).version(binary, dict(OPENCODE_ENV))
+    # On a host folder as the agent user, with a throwaway HOME (HostCliHost.version), so
+    # the CLI reads no user config.
+    return host.version(binary, dict(OPENCODE_ENV))
 
 
 #: OpenCode tools that only read (files, the web, its own todo list and skills).
@@ -185,8 +182,10 @@ class _Database:
 def _read(ctx: LaunchContext) -> bytes:
     """A consistent copy of OpenCode's database where it runs (empty if none yet)."""
     path = f"{ctx.home}/{DATABASE}"
-    if isinstance(ctx.host, HostCliHost):
+    if isinstance(ctx.host, HostCliHost) and ctx.host.user is None:
         return snapshot(Path(path))  # SQLite's backup API, while OpenCode writes
+    # Whole files through read_file: in a container, and where the files are the agent
+    # user's (the worker, root, must not open them through a symlink the agent made).
     return read_snapshot(ctx.host.read_file, path)
 
 
