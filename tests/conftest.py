@@ -15,6 +15,7 @@ from types import FrameType
 import docker_server
 import postgres_server
 import pytest
+import run_services
 import services_s3
 from support import DEMO, Harness, make_harness
 
@@ -36,12 +37,23 @@ def pytest_configure(config: pytest.Config) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+    if _starts_workers(config):
+        run_services.start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _starts_workers(config):
+        run_services.stop()
     own = config.stash.get(_OWN_TMP, None)
     if own is not None:
         shutil.rmtree(own, ignore_errors=True)
+
+
+def _starts_workers(config: pytest.Config) -> bool:
+    """Whether this is the controller of several pytest-xdist workers: then the run's
+    servers are started here, once, and shared (tests/run_services.py)."""
+    workers = getattr(config.option, "numprocesses", None)
+    return not hasattr(config, "workerinput") and isinstance(workers, int) and workers > 1
 
 
 @pytest.fixture(autouse=True)

@@ -178,11 +178,28 @@ class DockerServer:
 
 
 _shared: DockerServer | None = None
+#: Set by the run's controller (tests/run_services.py) for its pytest-xdist workers: the
+#: ``unix://`` URL of the run's dockerd, its agent image built.
+RUN_ENV = "DH_TEST_DOCKERD"
 
 
-def shared_server() -> DockerServer:
-    """The test run's one dockerd with the agent image, started on first use."""
+class AttachedServer:
+    """The run's dockerd, started by the controller: used here, never stopped here."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def stop(self) -> None:
+        pass
+
+
+def shared_server() -> DockerServer | AttachedServer:
+    """The test run's one dockerd with the agent image: the run's (:data:`RUN_ENV`), else
+    started on first use."""
     global _shared
+    attached = os.environ.get(RUN_ENV)
+    if attached:
+        return AttachedServer(attached)
     if _shared is None:
         import atexit
 

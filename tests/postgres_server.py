@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -72,9 +73,26 @@ class PostgresServer:
         self.port = 0
         self._as_postgres = os.geteuid() == 0
         self._watchdog: subprocess.Popen[bytes] | None = None
+        #: False for a server another process started (:meth:`attached`): never stopped here.
+        self.owned = True
         if self._as_postgres:
             shutil.chown(self.root, USER, USER)
             self.root.chmod(0o700)
+
+    @classmethod
+    def attached(cls, description: dict[str, Any]) -> PostgresServer:
+        """The running server of :func:`run_description`, started by another process."""
+        server = cls.__new__(cls)
+        server.bindir = Path(description["bindir"])
+        server.fsync = False
+        server.root = Path(description["root"])
+        server.data = server.root / "data"
+        server.log = server.root / "server.log"
+        server.port = int(description["port"])
+        server._as_postgres = os.geteuid() == 0
+        server._watchdog = None
+        server.owned = False
+        return server
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> PostgresServer:
@@ -249,18 +267,30 @@ shutil.rmtree(root, ignore_errors=True)
 """
 
 _shared: PostgresServer | None = None
+#: Set by the run's controller (tests/run_services.py) for its pytest-xdist workers.
+RUN_ENV = "DH_TEST_POSTGRES"
 
 
 def shared_server() -> PostgresServer:
-    """The test run's one server (fsync off), started on first use and stopped at exit."""
+    """The test run's one server (fsync off): the run's, when its controller started one
+    (:data:`RUN_ENV`), else started on first use and stopped at exit."""
     global _shared
     if _shared is None:
+        attached = os.environ.get(RUN_ENV)
+        if attached:
+            _shared = PostgresServer.attached(json.loads(attached))
+            return _shared
         import atexit
 
         server = PostgresServer(fsync=False).start()
         atexit.register(server.stop)
         _shared = server
     return _shared
+
+
+def run_description(server: PostgresServer) -> str:
+    """What :meth:`PostgresServer.attached` needs, for :data:`RUN_ENV`."""
+    return json.dumps({"port": server.port, "root": str(server.root), "bindir": str(server.bindir)})
 
 
 def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> None:
@@ -276,7 +306,8 @@ def stop_shared() -> None:
     """Stop the shared server if this process started one (the test session's end)."""
     global _shared
     if _shared is not None:
-        _shared.stop()
+        if _shared.owned:
+            _shared.stop()
         _shared = None
 
 

@@ -8,7 +8,8 @@
   conditional writes, as some S3-compatible servers do, built from a real one.
 
 Servers are started lazily (:func:`moto`, :func:`seaweedfs`), once per process, and
-stopped by their PID by :func:`stop_all` (the test session's end) or at exit.
+stopped by their PID by :func:`stop_all` (the test session's end) or at exit; under
+pytest-xdist the run's controller starts one of each for every worker (run_services.py).
 :func:`s3sqs_env` makes a fresh bucket and queue (with a dead-letter queue) and yields
 the environment and ``open_world`` options that reach them.
 """
@@ -72,6 +73,7 @@ def _bin(name: str) -> str:
 class _Server:
     process: subprocess.Popen[bytes] | None = None
     root: Path
+    port = 0
     stop_signal = signal.SIGTERM
 
     def stop(self) -> None:
@@ -226,15 +228,28 @@ class NoConditionalWritesProxy:
         self.server.server_close()
 
 
-# -- one server of each kind per process ---------------------------------------------
+# -- one server of each kind per run, else per process -------------------------------
 _servers: dict[str, _Server] = {}
 _lock = threading.Lock()
+#: Set by the run's controller (tests/run_services.py) for its pytest-xdist workers: the
+#: port of the run's server of each kind, which a worker uses and never stops.
+RUN_ENV = {"moto": "DH_TEST_MOTO_PORT", "seaweedfs": "DH_TEST_SEAWEEDFS_PORT"}
+
+
+def _attached(server: _Server, kind: str) -> _Server | None:
+    port = os.environ.get(RUN_ENV[kind])
+    if not port:
+        return None
+    server.port = int(port)
+    server.process = None  # not ours: stop() only removes our empty temp folder
+    return server
 
 
 def moto() -> MotoServer:
     with _lock:
         if "moto" not in _servers:
-            _servers["moto"] = MotoServer().start()
+            fresh = MotoServer()
+            _servers["moto"] = _attached(fresh, "moto") or fresh.start()
         server = _servers["moto"]
     assert isinstance(server, MotoServer)
     return server
@@ -243,7 +258,8 @@ def moto() -> MotoServer:
 def seaweedfs() -> SeaweedServer:
     with _lock:
         if "seaweedfs" not in _servers:
-            _servers["seaweedfs"] = SeaweedServer().start()
+            fresh = SeaweedServer()
+            _servers["seaweedfs"] = _attached(fresh, "seaweedfs") or fresh.start()
         server = _servers["seaweedfs"]
     assert isinstance(server, SeaweedServer)
     return server

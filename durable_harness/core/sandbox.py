@@ -26,11 +26,13 @@ Contract:
 from __future__ import annotations
 
 import abc
+import dataclasses
 import posixpath
 from dataclasses import dataclass
 
 from durable_harness.core.closing import Closing
 from durable_harness.core.errors import SandboxError
+from durable_harness.core.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,26 @@ class ShellResult:
     stdout: str
     stderr: str
     timed_out: bool = False
+
+
+def cap_timeout(timeout: float) -> tuple[float, str]:
+    """``timeout`` lowered to the operator's ceiling (``DURABLE_HARNESS_MAX_TOOL_TIMEOUT``,
+    default 600 s), and the note for the tool result when it was ("" otherwise). Every
+    backend's ``bash`` calls it: the timeout comes from the model, and a command runs on
+    a worker whose lease renews while it runs, so an unbounded one would hold it forever.
+    Read from the environment on each call, as the sandbox has no Settings of its own."""
+    ceiling = Settings.load().max_tool_timeout
+    if timeout <= ceiling:
+        return timeout, ""
+    return ceiling, (
+        f"bash: the timeout of {timeout:g}s was capped at {ceiling:g}s "
+        "(the operator's limit, DURABLE_HARNESS_MAX_TOOL_TIMEOUT)\n"
+    )
+
+
+def noted(result: ShellResult, note: str) -> ShellResult:
+    """``result`` with ``note`` (from :func:`cap_timeout`) at the start of its stderr."""
+    return dataclasses.replace(result, stderr=note + result.stderr) if note else result
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Self
 
-from pydantic import PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from durable_harness.core.errors import ConfigError
@@ -55,6 +55,12 @@ class Settings(EnvSettings):
     max_model_calls: int = 50
     max_files: int = 500
     max_bytes: int = 10 * 1024 * 1024
+    #: The longest a tool may run, whatever timeout the model asks for: a bash command
+    #: holds its worker (the lease renews) for as long as it runs. See core/sandbox.py.
+    max_tool_timeout: float = Field(default=600.0, gt=0)
+    #: The size of a Docker session's workspace and home volumes (a kernel-enforced
+    #: tmpfs; None: a plain volume, bounded only by the Docker host's disk).
+    max_workspace_bytes: int | None = Field(default=None, gt=0)
     _world_flags: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @classmethod

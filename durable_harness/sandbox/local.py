@@ -48,7 +48,7 @@ from typing import Any
 import pexpect
 
 from durable_harness.core.errors import SandboxError
-from durable_harness.core.sandbox import Sandbox, ShellResult
+from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted
 from durable_harness.sandbox.agent_user import (
     agent_env,
     agent_user,
@@ -155,6 +155,9 @@ class LocalSandbox(Sandbox):
         limit = self.timeout if timeout is None else timeout
         if limit <= 0:
             raise SandboxError(f"timeout must be positive, got {limit}")
+        limit, note = cap_timeout(limit)
+        if note:
+            return noted(self.bash(command, limit), note)
         child = self._shell()
         self._script.write_bytes(command.encode("utf-8"))
         token = secrets.token_hex(8)

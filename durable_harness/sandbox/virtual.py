@@ -54,7 +54,14 @@ from just_bash import Bash, ExecutionLimits
 from just_bash.interpreter import ExecutionLimitError
 
 from durable_harness.core.errors import SandboxError, WorkspaceLimit
-from durable_harness.core.sandbox import Sandbox, SandboxState, ShellResult, check_state_paths
+from durable_harness.core.sandbox import (
+    Sandbox,
+    SandboxState,
+    ShellResult,
+    cap_timeout,
+    check_state_paths,
+    noted,
+)
 from durable_harness.sandbox.justbash import (
     WORKSPACE,
     CappedFs,
@@ -228,6 +235,9 @@ class VirtualSandbox(Sandbox):
         """Run ``command``; WorkspaceLimit if it tried to pass a cap (see module doc)."""
         if timeout <= 0:
             raise SandboxError(f"timeout must be positive, got {timeout}")
+        timeout, note = cap_timeout(timeout)
+        if note:
+            return noted(self.bash(command, timeout), note)
         before = dict(self._fs.entries)
         self._fs.entries.limit_hit = None
         # just-bash counts commands over the shell's whole life; the limit is per call.

@@ -25,6 +25,9 @@ STORED_PLANS: list[dict[str, Any]] = [
         "rollout": {"thread": "t", "path": "sessions/r.jsonl", "transcript": "d"},
         "launch": 1,
     },
+    # Since the bridge's port is drawn per launch (Docker), it is stored last.
+    {"mode": "new", "message": "hi", "transcript": None, "port": 23456},
+    {"mode": "resume", "message": "m", "rollout": None, "launch": 3, "port": 10001},
 ]
 
 
@@ -33,6 +36,7 @@ def test_a_stored_plan_round_trips(stored: dict[str, Any]) -> None:
     plan = LaunchPlan.of(stored)
     assert plan.stored() == stored
     assert list(plan.stored()) == list(stored)  # key order too: the input is hashed
+    assert plan.port == stored.get("port")  # None: the port the job id derives
 
 
 def test_a_stored_turn_config_round_trips() -> None:

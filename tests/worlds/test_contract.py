@@ -260,12 +260,15 @@ def test_stale_epoch_writes_are_fenced(
 
 def test_release_with_delay_hides_the_turn_until_then(world: World) -> None:
     lease = claimed(world)
-    world.release(lease, delay=AFTER_SHORT_LEASE, error="model timed out")
+    # Long enough that the claim below comes before it ends on a loaded machine too (with
+    # 0.35 s, three pytest workers on one shared moto server sometimes took longer).
+    delay = 2.0
+    world.release(lease, delay=delay, error="model timed out")
     turn = world.get_turn("t1")
     assert turn.status == TurnStatus.QUEUED and turn.error == "model timed out"
     assert turn.lease_owner is None
     assert world.claim("w2", 30) is None
-    time.sleep(AFTER_SHORT_LEASE + 0.1)
+    time.sleep(delay + 0.1)
     again = world.claim("w2", 30)
     assert again is not None and again.attempt == 2 and again.epoch > lease.epoch
 

@@ -143,8 +143,26 @@ def _launch(ctx: LaunchContext, url: str) -> CliLaunch:
         "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",  # memory would live in the lost HOME
         "CLAUDE_CODE_MAX_RETRIES": os.environ.get(RETRIES_ENV, DEFAULT_CLI_RETRIES),
         "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root
+        **_bash_timeouts(ctx.run.settings.max_tool_timeout),
     }
     return CliLaunch(ctx.job, argv, env, ctx.plan.message.encode(), files)
+
+
+def _bash_timeouts(ceiling: float) -> dict[str, str]:
+    """Claude Code's Bash tool under the operator's ceiling: the model asks for up to
+    BASH_MAX_TIMEOUT_MS (the CLI's own default 600000, whose tool description then stays
+    the same) and gets BASH_DEFAULT_TIMEOUT_MS (default 120000) when it asks for none;
+    at the timeout the command is stopped, not backgrounded."""
+    limit = max(int(ceiling * 1000), 1)
+    return {
+        "BASH_MAX_TIMEOUT_MS": str(limit),
+        "BASH_DEFAULT_TIMEOUT_MS": str(min(limit, 120_000)),
+        # Otherwise a command that reaches its timeout is moved to the background and
+        # runs on (measured: `sleep 100000` with the 4 s ceiling came back as a
+        # backgroundTaskId), and `claude -p` waits for it before it exits: the worker
+        # would be held for as long as the model asked. Also no `run_in_background`.
+        "CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1",
+    }
 
 
 def _wiring(ctx: LaunchContext, hooks: ToolHooks, saver: BeforeIntent | None) -> Wiring:

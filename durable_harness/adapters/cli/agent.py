@@ -229,7 +229,7 @@ class CliLauncher:
         output = spec.output(ctx)
         stop_mode = spec.waits == "stop"
         with proxy:
-            endpoint = host.endpoint(proxy.url, job)
+            endpoint = host.endpoint(proxy.url, job, plan.port)
             if stop_mode:
                 self.gate.stop = proxy.fail  # a pending wait stops the CLI (then parks)
             if cli is None:

@@ -8,7 +8,9 @@ The way out of the container (``network_mode="none"``: only ``lo``) is one unix 
   (:func:`~durable_harness.sandbox.docker.host_run_dir`), which the container has
   bind-mounted read-only at ``/run/durable-harness``;
 * inside, ``dh-bridge.js`` (:mod:`.cli.node`) listens on ``127.0.0.1:<port>`` (a port
-  derived from the job id) and relays each connection to that socket; the CLI's model
+  drawn at random for each launch and stored in its plan, so nothing in the container
+  can know the next launch's port and listen there first; a launch stored without one
+  keeps the port its job id derives) and relays each connection to that socket; the CLI's model
   endpoint, its hooks (``dh-hook.js``) and its MCP host tools all use that URL, with
   the per-launch proxy token. No provider key enters the container.
 
@@ -25,6 +27,7 @@ import contextlib
 import hashlib
 import os
 import queue
+import secrets
 import shlex
 import socket
 import threading
@@ -64,8 +67,15 @@ exit "$st"
 
 
 def bridge_port(job_id: str) -> int:
-    """The bridge's port in the container: the same for a job on every worker."""
+    """The bridge's port of a launch stored without one (older versions derived it from
+    the job id, which is predictable from inside: new launches draw theirs)."""
     return 20000 + int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16) % 20000
+
+
+def random_port() -> int:
+    """A bridge port for a new launch: below Linux's ephemeral range (32768-60999), so
+    no outgoing connection in the container holds it by chance."""
+    return 10000 + secrets.randbelow(22000)
 
 
 class DockerCliHost(CliHost):
@@ -77,6 +87,7 @@ class DockerCliHost(CliHost):
     def __init__(self, session_id: str) -> None:
         self.sandbox = DockerSandbox(session_id)
         self._relay: UnixRelay | None = None
+        self._ports: dict[str, int] = {}  # job id -> its bridge's port (endpoint())
 
     def home(self, job_id: str) -> str:
         return f"{_HOMES}/{job_id}"
@@ -114,7 +125,10 @@ class DockerCliHost(CliHost):
         result = self.sandbox.exec('readlink -f "$(command -v "$1")"', binary, timeout=60)
         return result.stdout.decode(errors="replace").strip() or binary
 
-    def endpoint(self, proxy_url: str, job_id: str) -> str:
+    def launch_port(self) -> int:
+        return random_port()
+
+    def endpoint(self, proxy_url: str, job_id: str, port: int | None = None) -> str:
         cid = self.sandbox.container_id()  # the run folder exists once the container does
         mounts = self.sandbox.client.api.inspect_container(cid).get("Mounts") or []
         if not any(m.get("Destination") == RUN_DIR for m in mounts):
@@ -127,7 +141,8 @@ class DockerCliHost(CliHost):
         if self._relay is None:
             path = os.path.join(self.sandbox.run_dir, SOCKET_NAME)
             self._relay = UnixRelay(path, proxy_url).start()
-        return f"http://127.0.0.1:{bridge_port(job_id)}"
+        self._ports[job_id] = bridge_port(job_id) if port is None else port
+        return f"http://127.0.0.1:{self._ports[job_id]}"
 
     def hook_command(self, endpoint_file: str, event: str) -> list[str]:
         home = os.path.dirname(endpoint_file)
@@ -150,11 +165,15 @@ class DockerCliHost(CliHost):
             home=shlex.quote(home),
             bridge=_BRIDGE_FILE,
             socket=shlex.quote(f"{RUN_DIR}/{SOCKET_NAME}"),
-            port=bridge_port(launch.job_id),
+            port=self._ports.get(launch.job_id) or bridge_port(launch.job_id),
             argv=shlex.join(launch.argv),
             stdin=_STDIN_FILE,
         )
-        self.sandbox.jobs.start(launch.job_id, script, workdir=self.workspace, env=launch.env)
+        # Contained: a daemon the CLI's shell tool started dies with the launch, so it
+        # cannot wait for the next launch's bridge (and its proxy token).
+        self.sandbox.jobs.start(
+            launch.job_id, script, workdir=self.workspace, env=launch.env, contain=True
+        )
         return _DockerRun(self.sandbox, launch.job_id)
 
     def attach(self, job_id: str) -> CliRun | None:

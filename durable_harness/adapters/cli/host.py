@@ -185,9 +185,15 @@ class CliHost(abc.ABC):
         word, such as ``codex-cli 0.171.0``)."""
         raise NotImplementedError
 
+    def launch_port(self) -> int | None:
+        """A port for a new launch's way to the proxy, stored in its plan (None: it
+        needs none, the proxy is reachable as it is)."""
+        return None
+
     @abc.abstractmethod
-    def endpoint(self, proxy_url: str, job_id: str) -> str:
-        """Make the proxy at ``proxy_url`` reachable from the CLI; the URL the CLI uses."""
+    def endpoint(self, proxy_url: str, job_id: str, port: int | None = None) -> str:
+        """Make the proxy at ``proxy_url`` reachable from the CLI of launch ``job_id``
+        (``port`` from its plan); the URL the CLI uses."""
 
     @abc.abstractmethod
     def hook_command(self, endpoint_file: str, event: str) -> list[str]:
@@ -276,7 +282,7 @@ class HostCliHost(CliHost):
         finally:
             shutil.rmtree(home, ignore_errors=True)
 
-    def endpoint(self, proxy_url: str, job_id: str) -> str:
+    def endpoint(self, proxy_url: str, job_id: str, port: int | None = None) -> str:
         return proxy_url
 
     def hook_command(self, endpoint_file: str, event: str) -> list[str]:

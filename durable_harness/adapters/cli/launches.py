@@ -29,6 +29,7 @@ Where the CLI runs is :mod:`.cli.where`; what each launch runs, :mod:`.cli.agent
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -74,7 +75,10 @@ class LaunchPlan:
     The stored JSON is part of the journal's format: :meth:`stored` spells it as every
     earlier version did, ``{"mode", "message", <record_key>, ["launch"]}``, where
     ``record_key`` names the session record to restore (``transcript``: a blob digest;
-    Codex's ``rollout``: an object) and ``launch`` is present only when it was given.
+    Codex's ``rollout``: an object) and ``launch`` is present only when it was given;
+    ``port`` (the Docker bridge's port, drawn at random per launch by
+    :meth:`~.cli.host.CliHost.launch_port`) only when there is one: a launch stored
+    without it (an older version's) keeps the port its job id derives.
     """
 
     mode: Literal["new", "resume"]
@@ -82,12 +86,15 @@ class LaunchPlan:
     record: Any = None  # the session record to restore (None: none)
     launch: int | None = None
     record_key: str = "transcript"
+    port: int | None = None
 
     def stored(self) -> dict[str, Any]:
         data: dict[str, Any] = {"mode": self.mode, "message": self.message}
         data[self.record_key] = self.record
         if self.launch is not None:
             data["launch"] = self.launch
+        if self.port is not None:
+            data["port"] = self.port
         return data
 
     @classmethod
@@ -95,8 +102,15 @@ class LaunchPlan:
         """The plan a launch step stored (:meth:`stored`'s JSON)."""
         key = "rollout" if "rollout" in data else "transcript"
         mode: Literal["new", "resume"] = "resume" if data.get("mode") == "resume" else "new"
-        launch = data.get("launch")
-        return cls(mode, str(data.get("message", "")), data.get(key), launch, key)
+        launch, port = data.get("launch"), data.get("port")
+        return cls(
+            mode,
+            str(data.get("message", "")),
+            data.get(key),
+            launch,
+            key,
+            port if isinstance(port, int) else None,
+        )
 
 
 class Launcher(Protocol):
@@ -120,7 +134,9 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
         if not done:
             raise ReplayDivergence(f"turn {turn.turn_id} has no finished launch of the CLI")
         plan = LaunchPlan.of(json.loads(stored_input(run.world, done[-1])))
-        job = f"{turn.turn_id}-replay-{secrets.token_hex(4)}"  # not durable: its own job
+        # Not durable: its own job, and its own port (the stored one is the original's).
+        plan = dataclasses.replace(plan, port=host.launch_port())
+        job = f"{turn.turn_id}-replay-{secrets.token_hex(4)}"
         result = launcher.run(plan, job)
         host.finish(job)
         return str(result["reply"])
@@ -137,7 +153,9 @@ def run_launches(run: TurnRun, agent: str, host: CliHost, launcher: Launcher) ->
             return _reply(result, launcher, reattached=True)
     number = len(launches)
     launcher.gate.settle()  # a wait still pending raises TurnSuspended: parks again
-    plan = launcher.plan(number)
+    # The port is drawn before the plan is journaled: a worker that re-attaches to the
+    # launch finds its bridge there, and nothing in the container can know it in advance.
+    plan = dataclasses.replace(launcher.plan(number), port=host.launch_port())
     begun = journal.begin_keyed(
         kind="agent",
         name=agent,

@@ -58,7 +58,8 @@ import docker.errors
 import requests
 
 from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
-from durable_harness.core.sandbox import Sandbox, ShellResult
+from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted
+from durable_harness.core.settings import Settings
 from durable_harness.sandbox.docker import exec as docker_exec
 from durable_harness.sandbox.docker import scripts as sh
 from durable_harness.sandbox.docker.exec import text
@@ -119,9 +120,11 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
 
     ``session_id`` None makes a throwaway container, removed by :meth:`close`. Limits
     default to ``DURABLE_HARNESS_DOCKER_{MEMORY,CPUS,PIDS,TMP_SIZE}`` (``2g``, ``2``,
-    ``512``, ``256m``) and the image to ``DURABLE_HARNESS_DOCKER_IMAGE`` or
-    :func:`default_image`. The constructor checks that Docker answers and the image
-    exists (:class:`SandboxUnavailable` otherwise) and creates nothing.
+    ``512``, ``256m``), the size of each volume to ``DURABLE_HARNESS_MAX_WORKSPACE_BYTES``
+    (unset: no cap but the host's disk; see :meth:`_volume_options`) and the image to
+    ``DURABLE_HARNESS_DOCKER_IMAGE`` or :func:`default_image`. The constructor checks
+    that Docker answers and the image exists (:class:`SandboxUnavailable` otherwise)
+    and creates nothing.
     """
 
     journaled = False
@@ -139,6 +142,7 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
         timeout: float = 60.0,
         max_output: int = 1 << 20,
         max_snapshot_bytes: int = 1 << 30,
+        max_workspace_bytes: int | None = None,
         docker_host: str | None = None,
     ) -> None:
         self.ephemeral = session_id is None
@@ -153,6 +157,11 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
         self.timeout = timeout
         self.max_output = max_output
         self.max_snapshot_bytes = max_snapshot_bytes
+        self.max_workspace_bytes = (
+            Settings.load().max_workspace_bytes
+            if max_workspace_bytes is None
+            else max_workspace_bytes
+        )
         part = _name_part(self.session_id)
         self.container_name = f"durable-harness-{part}"
         self.volume_names = {"workspace": f"{self.container_name}-workspace"}
@@ -239,9 +248,27 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             try:
                 self.client.volumes.get(name)
             except docker.errors.NotFound:
-                self.client.volumes.create(name, labels={**self._labels(), "role": role})
+                self.client.volumes.create(
+                    name, labels={**self._labels(), "role": role}, **self._volume_options()
+                )
                 created = created or role == "workspace"
         return created
+
+    def _volume_options(self) -> dict[str, Any]:
+        """With ``max_workspace_bytes``, each volume is a tmpfs of that size, mounted by
+        the engine: the kernel refuses a write past it (ENOSPC inside), the host's disk is
+        never touched. The local driver of Docker 20.10 cannot loop-mount an image file
+        (``o=loop`` is not a kernel option) and its ``size`` option needs xfs project
+        quotas; a tmpfs is emptied when its container stops, which the World's snapshots
+        cover (a restarted container is restored, the mark being on the tmpfs too). Its
+        pages count against the container's memory limit."""
+        if self.max_workspace_bytes is None:
+            return {}
+        uid, gid = USER.split(":")
+        size = self.max_workspace_bytes
+        options = f"size={size},uid={uid},gid={gid},mode=0755,nosuid,nodev"
+        opts = {"type": "tmpfs", "device": "tmpfs", "o": options}
+        return {"driver": "local", "driver_opts": opts}
 
     def _create(self) -> Any:
         try:
@@ -318,6 +345,15 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
                 except docker.errors.APIError as exc:
                     if exc.status_code != 409 or attempt == 2:  # 409: not running
                         raise
+                    if self.max_workspace_bytes is not None:
+                        # Its tmpfs volumes went with it: retry the turn, which restores
+                        # the workspace from the World's snapshot.
+                        self._container_id = None
+                        raise SandboxUnavailable(
+                            f"the container of session {self.session_id} stopped and its "
+                            "size-capped workspace with it; the turn is retried on a "
+                            "workspace restored from its snapshot"
+                        ) from exc
                     self.client.containers.get(cid).start()
         raise AssertionError("unreachable")
 
@@ -358,6 +394,9 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
         limit = self.timeout if timeout is None else timeout
         if limit <= 0:
             raise SandboxError(f"timeout must be positive, got {limit}")
+        limit, note = cap_timeout(limit)
+        if note:
+            return noted(self.bash(command, limit), note)
         token = f"__DH_{secrets.token_hex(8)}"
         started = time.monotonic()
         result = self.exec(

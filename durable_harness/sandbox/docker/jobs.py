@@ -89,16 +89,20 @@ class DetachedJobs:
         workdir: str = sh.WORKSPACE,
         timeout: float | None = None,
         env: dict[str, str] | None = None,
+        contain: bool = False,
     ) -> bool:
         """Start bash script ``command`` as job ``job_id`` unless that id was started
         before in this session: True if this call started it. ``timeout`` seconds (None:
-        none) after which the job is stopped (exit code 124)."""
+        none) after which the job is stopped (exit code 124). ``contain``: when the job
+        ends, also kill every process started during its life that is not the harness's
+        own (setsid children, daemons; other jobs started meanwhile too)."""
         result = self.sandbox.exec(
             sh.JOB_START,
             _check_id(job_id),
             workdir,
             "0" if timeout is None else f"{timeout:g}",
             sh.SUPERVISOR,
+            "1" if contain else "0",
             stdin=command.encode(),
             environment=env,
         )

@@ -57,17 +57,73 @@ mkdir -p -- "${{p%/*}}" && exec cat > "$p"
 """
 )
 
+# What a command leaves running outside its process group: a `setsid` or `set -m` child,
+# a daemon. __dh_snap notes every process of the container (pid and start time) and the
+# leader of every session but the caller's before the command; __dh_reap, after it, kills
+# every process that is not one of those and is not a member of a session whose leader
+# is one of those (other detached jobs' children) or a `docker exec` (its parent is pid
+# 0: the harness's own concurrent commands; nothing in the container can make one). A
+# member counts only if it started after its leader (a session id is a pid, and pids are
+# reused: a session from before a leader's pid was taken again is not that leader's).
+# The caller's own session is not spared. Builtins only (a fork may fail at the pid
+# limit); repeated while it finds something, for a child forked while it ran. $$ is the
+# caller (never killed).
+_REAP = """
+__dh_stat() {
+  local l
+  read -r l < "/proc/$1/stat" 2>/dev/null || return 1
+  set -- ${l##*) }
+  __st_state=$1 __st_ppid=$2 __st_sid=$4 __st_start=${20}
+}
+declare -A __dh_old=() __dh_lead=()
+__dh_snap() {
+  local p
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    __dh_stat "$p" || continue
+    __dh_old[$p]=$__st_start
+    [ "$p" = "$__st_sid" ] && [ "$p" != "$$" ] && __dh_lead[$p]=$__st_start
+  done
+}
+__dh_spared() {  # $1 a session id, $2 the start time of a member that is not old
+  [ "$1" = "$$" ] && return 1
+  __dh_stat "$1" || { [ -n "${__dh_lead[$1]}" ]; return; }  # an old leader died since
+  [ "$2" -ge "$__st_start" ] || return 1
+  [ "$__st_ppid" = 0 ] || [ "${__dh_lead[$1]}" = "$__st_start" ]
+}
+__dh_reap() {
+  local p sid start n=0 hit=1
+  while [ "$hit" = 1 ] && [ "$n" -lt 20 ]; do
+    hit=0 n=$((n + 1))
+    for p in /proc/[0-9]*; do
+      p=${p#/proc/}
+      [ "$p" = "$$" ] && continue
+      __dh_stat "$p" || continue
+      [ "$__st_state" = Z ] && continue  # dead already, its parent not yet told
+      sid=$__st_sid start=$__st_start
+      [ "${__dh_old[$p]}" = "$start" ] && continue
+      __dh_spared "$sid" "$start" && continue
+      kill -KILL "$p" 2>/dev/null && hit=1
+    done
+  done
+}
+"""
+
 # Run as `bash -c 'eval "$__DH_OUTER"' dh-bash TIMEOUT TOKEN` with this script in
 # __DH_OUTER and INNER in __DH_INNER (environment, not arguments, so that `ps` in the
 # sandbox shows short lines); the command text on stdin.
 # The command runs under coreutils `timeout` in its own process group; when it ends (or
 # times out) everything left in that group is killed, so background jobs and fork bombs
-# do not outlive it. Only builtins run after the command: with the pid limit reached a
+# do not outlive it; then whatever it started outside that group (setsid, daemons) is
+# killed too (_REAP). Only builtins run after the command: with the pid limit reached a
 # fork would fail. The last stderr line reports how often the pid limit was hit and how
 # many processes the OOM killer took during the command (cgroup v1 or v2 counters).
 BASH_COMMAND = 'eval "$__DH_OUTER"'
-BASH = f"""
+BASH = (
+    _REAP
+    + f"""
 unset __DH_OUTER
+__dh_snap
 __s={SHELL_STATE}
 mkdir -p "$__s" || exit {BROKEN}
 __f="$__s/command.$$"
@@ -87,11 +143,13 @@ wait "$__pid"; __status=$?
 # it is repeated while the group still answers, with builtins only.
 __n=0
 while kill -KILL -- "-$__pid" 2>/dev/null && [ "$__n" -lt 50 ]; do __n=$((__n + 1)); done
+__dh_reap
 rm -f -- "$__f" 2>/dev/null
 __count __p1 "$__P" max; __count __m1 "$__M" oom_kill
 printf '\\n%s %s %s\\n' "$2" "$((__p1 - __p0))" "$((__m1 - __m0))" >&2
 exit "$__status"
 """
+)
 
 # $1 the command file, $2 the shell state folder. Restores cwd and exported variables,
 # runs the command, saves them again (also after `exit N`, through the EXIT trap).
@@ -134,7 +192,8 @@ printf '%s' "$1" > {MARK}.new && mv -f {MARK}.new {MARK}
 """
 GET_MARK = f"cat {MARK} 2>/dev/null; exit 0"
 
-# $1 job id, $2 workdir, $3 timeout (0: none), $4 the SUPERVISOR script; command on stdin.
+# $1 job id, $2 workdir, $3 timeout (0: none), $4 the SUPERVISOR script, $5 1 to kill
+# everything the job started when it ends (see SUPERVISOR); command on stdin.
 # mkdir is the atomic claim: of two workers starting the same job, one starts it and
 # the other learns it exists. Prints "started" or "existing".
 JOB_START = f"""
@@ -142,16 +201,22 @@ mkdir -p {JOBS} || exit {BROKEN}
 d={JOBS}/$1
 mkdir -- "$d" 2>/dev/null || {{ echo existing; exit 0; }}
 cat > "$d/command" || exit {BROKEN}
-setsid -f bash -c "$4" "dh-job:$1" "$d" "$2" "$3" < /dev/null > /dev/null 2>&1
+setsid -f bash -c "$4" "dh-job:$1" "$d" "$2" "$3" "$5" < /dev/null > /dev/null 2>&1
 for _ in $(seq 100); do [ -s "$d/pid" ] && break; sleep 0.05; done
 echo started
 """
 
 # Runs detached in its own session: the job in a further session of its own (its pid is
 # its process group, so kill_job reaches all of it and not the supervisor), then records
-# the exit status atomically and kills whatever the job left running.
-SUPERVISOR = """
-d=$1
+# the exit status atomically and kills whatever the job left running in its group; a
+# contained job ($4 = 1: a CLI's launch) also everything started during its life outside
+# the harness's own execs (_REAP): the daemons its shell tools started, other detached
+# jobs started meanwhile included.
+SUPERVISOR = (
+    _REAP
+    + """
+d=$1 contain=$4
+[ "$contain" = 1 ] && __dh_snap
 printf '%s\\n' "$$" > "$d/supervisor"
 cd -- "$2" 2>/dev/null || cd /workspace
 if [ "$3" != 0 ]; then set -- timeout -k 5 "$3" bash "$d/command"; else set -- bash "$d/command"; fi
@@ -160,8 +225,10 @@ j=$!
 printf '%s\\n' "$j" > "$d/pid"
 wait "$j"; st=$?
 kill -KILL -- "-$j" 2>/dev/null
+[ "$contain" = 1 ] && __dh_reap
 printf '%s\\n' "$st" > "$d/exit.new" && mv -f "$d/exit.new" "$d/exit"
 """
+)
 
 # $1 job id. Prints "<state> <exit code or -> <stdout bytes> <stderr bytes>", state one of
 # missing, starting, running, exited, lost (no exit status and no live supervisor: the
