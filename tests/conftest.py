@@ -5,7 +5,9 @@ at the bundled fake model (or at a closed loopback port) and ANTHROPIC_API_KEY i
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -17,8 +19,17 @@ import run_services
 import services_s3
 from support import DEMO, Harness, make_harness
 
+_TMP_PREFIX = "durable-harness-pytest-"
+_OWN_TMP = pytest.StashKey[str]()
+
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A folder of this run's own for tmp_path (xdist's workers get one below it), which
+    # _agent_user_reaches_tmp_path opens to the agent user; removed when the run ends.
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix=_TMP_PREFIX)
+        config.stash[_OWN_TMP] = config.option.basetemp
+
     # A run stopped by SIGTERM (a CI timeout, `timeout`, a cancelled job) would die without
     # tearing its fixtures down and leave PostgreSQL, dockerd, moto and SeaweedFS running:
     # treat it as Ctrl-C, which pytest unwinds through every fixture's teardown.
@@ -33,6 +44,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _starts_workers(config):
         run_services.stop()
+    own = config.stash.get(_OWN_TMP, None)
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def _starts_workers(config: pytest.Config) -> bool:
@@ -47,6 +61,19 @@ def _no_provider(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # closed: fails fast
     monkeypatch.delenv("DURABLE_HARNESS_CRASH_AT", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _agent_user_reaches_tmp_path(tmp_path: Path) -> None:
+    # Host-folder agents run as the unprivileged agent user (sandbox/agent_user.py), which
+    # must pass through the temp folders to a workspace below: 0711 lets it pass, not list
+    # (a World's own folder below stays 0700, worlds/local). The session's folders are
+    # under _TMP_PREFIX (pytest_configure), not the shared /tmp/pytest-of-root that every
+    # other run tightens again.
+    folder = tmp_path
+    while folder == tmp_path or folder.name.startswith((_TMP_PREFIX, "popen-gw")):
+        folder.chmod(0o711)
+        folder = folder.parent
 
 
 @pytest.fixture(scope="session")

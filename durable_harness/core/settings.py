@@ -119,3 +119,14 @@ class ListenerSettings(EnvSettings):
     listener_keep_alive_s: float = Field(default=5.0, gt=0)
     #: Open connections plus requests in flight; past it a request is answered 503.
     listener_max_connections: int = Field(default=1024, gt=0)
+
+
+class AgentUserSettings(EnvSettings):
+    """Who a host-folder agent runs as (the built-in agent's local sandbox, a CLI on a host
+    folder): ``DURABLE_HARNESS_AGENT_USER``, an unprivileged account of its own (the worker
+    must be root to switch to it; scripts/setup creates the default one), unless the
+    operator accepts ``DURABLE_HARNESS_UNSAFE_SAME_USER=1``: the agent then runs with the
+    worker's uid and can read the worker's environment and the World's files."""
+
+    agent_user: str = "durable-harness-agent"
+    unsafe_same_user: bool = False

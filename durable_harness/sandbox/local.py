@@ -1,8 +1,11 @@
 """The local sandbox: a host folder and one persistent bash driven through pexpect.
 
-For users who opt in to letting an agent act on their own machine. ``read``/``write``/
+For users who let an agent act on a folder of their own machine. ``read``/``write``/
 ``edit`` are confined to the folder (``..`` and symlinks leading out are refused); the
-shell is a real host shell, so ``bash`` commands are *not* confined: that is the opt-in.
+shell is a real host shell, but by default it runs as the unprivileged agent user
+(:mod:`.agent_user`: its own uid, HOME and allow-listed environment, the folder given to
+it by an ACL), so it cannot read the worker's environment, ``/proc`` or the World's files.
+Only the operator's ``DURABLE_HARNESS_UNSAFE_SAME_USER=1`` runs it with the worker's uid.
 
 The shell protocol, per command:
 
@@ -21,7 +24,10 @@ The shell protocol, per command:
   and restarted in the root folder, losing cwd and variables. ``timed_out=True``, exit
   code 124;
 * if the command ends the shell (``exit 3``), its status is returned and a new shell is
-  started for the next command.
+  started for the next command;
+* when a command ends (or times out) every process it started is killed, a ``setsid`` one
+  too: the shell is a child subreaper (:mod:`.become`), so nothing it started can leave
+  the tree below it (:func:`.agent_user.kill_below`).
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ import pexpect
 
 from durable_harness.core.errors import SandboxError
 from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted, shell_text
+from durable_harness.sandbox.agent_user import (
+    agent_env,
+    agent_user,
+    as_agent,
+    grant_workspace,
+    kill_below,
+    private_home,
+)
 
 __all__ = ["LocalSandbox"]
 
@@ -82,8 +96,20 @@ class LocalSandbox(Sandbox):
         self.root = root.resolve()
         self.timeout = timeout
         self._child: Any = None
+        self._user = agent_user()
+        grant_workspace(self._user, self.root)
+        self._home = private_home(self._user, "durable-harness-agent-home-")
+        # The command file is the worker's (the agent could swap a file of its own for a
+        # symlink the worker then writes through): a root folder the agent's group may
+        # only pass through, a file it may only read.
         self._scratch = Path(tempfile.mkdtemp(prefix="durable-harness-shell-"))
         self._script = self._scratch / "command.sh"
+        self._script.touch()
+        self._script.chmod(0o640)
+        if self._user is not None:
+            os.chown(self._scratch, -1, self._user.gid)
+            os.chown(self._script, -1, self._user.gid)
+            self._scratch.chmod(0o710)
 
     # -- files ---------------------------------------------------------------------
 
@@ -154,6 +180,7 @@ class LocalSandbox(Sandbox):
         except pexpect.TIMEOUT:
             partial = _text(child.before)
             self._interrupt()
+            self._end_command()
             note = f"bash: timed out after {limit:g}s; the command was stopped\n"
             return ShellResult(_TIMEOUT_EXIT_CODE, partial + note, "", timed_out=True)
         except pexpect.EOF:
@@ -161,18 +188,25 @@ class LocalSandbox(Sandbox):
             status = _exit_status(child)
             self._stop()
             return ShellResult(status, _strip_start(output, token), "")
+        self._end_command()
         return ShellResult(int(child.match.group(1)), _text(child.before), "")
+
+    def _end_command(self) -> None:
+        """Kill what the command left running (background jobs, ``setsid`` children)."""
+        if self._child is not None:
+            kill_below(self._child.pid)
 
     def _shell(self) -> Any:
         if self._child is not None:
             if self._child.isalive():
                 return self._child
             self._stop()
+        argv = as_agent(self._user, ["bash", "--noprofile", "--norc", "--noediting"], reap=True)
         child = pexpect.spawn(
-            "bash",
-            ["--noprofile", "--norc", "--noediting"],
+            argv[0],
+            argv[1:],
             cwd=str(self.root),
-            env={**os.environ, **_SHELL_ENV},
+            env=agent_env(self._home, self._user, _SHELL_ENV),
             echo=False,
             dimensions=(40, 250),
             maxread=65536,
@@ -217,9 +251,12 @@ class LocalSandbox(Sandbox):
         child.close(force=True)
 
     def close(self) -> None:
-        """Kill the shell and every process in its group; remove the command file."""
+        """Kill the shell and every process below it; remove the command file and HOME."""
+        if self._child is not None:
+            kill_below(self._child.pid)
         self._stop()
         shutil.rmtree(self._scratch, ignore_errors=True)
+        shutil.rmtree(self._home, ignore_errors=True)
 
 
 def _text(data: Any) -> str:

@@ -99,17 +99,18 @@ def test_cli_gets_only_the_proxy_token(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     script = write_script(tmp_path, ws)
-    spy = f"cp $HOME/.pi/agent/models.json {tmp_path}/models.json && env > {tmp_path}/env.txt"
+    # Into the workspace: the agent user may write there only.
+    spy = f"cp $HOME/.pi/agent/models.json {ws}/models.json && env > {ws}/env.txt"
     script.write_text(script.read_text().replace("mkdir -p site", f"{spy} && mkdir -p site"))
     for h in make_harness(tmp_path, script):
         h.env["NOTIFY_LEDGER"] = str(tmp_path / "notify.txt")
         out = h.cli(*run_args(h), ANTHROPIC_API_KEY="sk-provider-secret")
         assert out.returncode == 0, out.stderr
-    provider = json.loads((tmp_path / "models.json").read_text())["providers"]["durable-harness"]
+    provider = json.loads((ws / "models.json").read_text())["providers"]["durable-harness"]
     assert provider["api"] == "anthropic-messages"
     assert provider["baseUrl"].startswith("http://127.0.0.1:")
     assert provider["apiKey"] != "sk-provider-secret" and len(provider["apiKey"]) > 30
-    assert "sk-provider-secret" not in (tmp_path / "env.txt").read_text()
+    assert "sk-provider-secret" not in (ws / "env.txt").read_text()
 
 
 _TWO_TOOLS = """

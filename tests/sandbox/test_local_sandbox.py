@@ -70,20 +70,33 @@ def test_timeout_of_a_command_ignoring_sigint_restarts_the_shell(box: LocalSandb
     assert box.bash("echo fresh; pwd").stdout == f"fresh\n{box.root}\n"
 
 
+def test_a_commands_processes_end_with_it(tmp_path: Path) -> None:
+    """A background job and a ``setsid`` one (its own session, orphaned) are killed when
+    the command that started them ends; the shell goes on."""
+    with LocalSandbox(tmp_path) as box:
+        out = box.bash("sleep 300 & echo $!; (setsid sleep 301 & echo $!)").stdout
+        pids = {int(word) for word in out.split() if word.isdigit()}  # "[1] <pid>" too
+        assert len(pids) == 2
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        assert box.bash("echo still").stdout == "still\n"
+
+
 def test_close_kills_background_processes(tmp_path: Path) -> None:
     box = LocalSandbox(tmp_path)
-    pid = int(box.bash("sleep 300 & echo $!").stdout.split()[-1])
-    os.kill(pid, 0)  # running
+    box.bash("true")
+    shell = box._child.pid
     box.close()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
+            os.kill(shell, 0)
         except ProcessLookupError:
             break
         time.sleep(0.05)
     else:
-        pytest.fail("background process survived close()")
+        pytest.fail("the shell survived close()")
 
 
 def test_default_timeout_comes_from_the_constructor(tmp_path: Path) -> None:

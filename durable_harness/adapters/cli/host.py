@@ -7,9 +7,12 @@ worker). A :class:`CliHost` says *where*, and gives back a :class:`CliRun` whose
 lines the adapter reads:
 
 * :class:`HostCliHost` — a host folder (for Claude Code and Codex a developer-only
-  opt-in, see :func:`require_unsafe_host`; for Pi and OpenCode their local sandbox): the
-  CLI is a child of the worker under :mod:`.reaper`, so it dies with the worker; a new
-  worker starts a new launch.
+  opt-in, see :func:`require_unsafe_host`, with the worker's uid; for Pi and OpenCode
+  their local sandbox, as the unprivileged agent user of
+  :mod:`durable_harness.sandbox.agent_user`): the CLI is a child of the worker under
+  :mod:`.reaper`, so it dies with the worker and nothing it started outlives the launch;
+  a new worker starts a new launch. Every process it starts (the CLI, its version check)
+  gets the allow-listed environment of ``agent_env``, never the worker's.
 * :class:`~.cli.docker_host.DockerCliHost` — the session's container: the CLI is a detached
   job that outlives the worker; a new worker finds it by its id (:meth:`CliHost.attach`),
   serves the model proxy again on the same socket, reads its output from the start and
@@ -24,10 +27,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import json
 import os
 import queue
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -43,6 +48,14 @@ from durable_harness.core.keys import BLOB_PREFIX, is_launch_key
 from durable_harness.core.types import Step
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
+from durable_harness.sandbox.agent_user import (
+    AgentUser,
+    agent_env,
+    as_agent,
+    grant_workspace,
+    hand_over,
+    private_home,
+)
 
 if TYPE_CHECKING:
     from durable_harness.adapters.proxy.server import JournalingProxy
@@ -68,7 +81,6 @@ __all__ = [
 #: Set to 1 to let Claude Code or Codex act on a host folder with your user's rights:
 #: for developing adapters only (the tests of tests/adapters set it).
 UNSAFE_HOST_ENV = "DURABLE_HARNESS_UNSAFE_HOST_AGENT"
-_PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
 #: An item of :meth:`CliRun.output`: a stdout line, None at the end, or the error that
 #: stopped the reading (the container vanished).
@@ -218,21 +230,27 @@ class CliHost(abc.ABC):
 
 
 class HostCliHost(CliHost):
-    """A host folder: the CLI as a child of the worker, under :mod:`.reaper`."""
+    """A host folder: the CLI as a child of the worker, under :mod:`.reaper`, run as
+    ``user`` (None: the worker's uid, for the developer opt-in or the operator's unsafe
+    same-user mode)."""
 
     def __init__(
         self,
         workspace: Path,
         binaries: dict[str, str],
         home_prefix: str = "durable-harness-claude-",
+        user: AgentUser | None = None,
     ) -> None:
         self.workspace = str(workspace)
         self.binaries = binaries  # name -> the host binary (found by the adapter)
         self.home_prefix = home_prefix  # tests find a launch's processes by it
+        self.user = user
         self._homes: dict[str, str] = {}
+        self._granted = False
 
     def home(self, job_id: str) -> str:
         if job_id not in self._homes:
+            # Root's until the launch starts (hand_over): the worker writes its files first.
             self._homes[job_id] = tempfile.mkdtemp(prefix=self.home_prefix)
         return self._homes[job_id]
 
@@ -240,22 +258,29 @@ class HostCliHost(CliHost):
         return self.binaries[name]
 
     def version(self, binary: str, env: dict[str, str] | None = None) -> str:
-        out = subprocess.run(
-            [binary, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "DISABLE_AUTOUPDATER": "1", **(env or {})},
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        out = self._version(binary, env)
         return (out.stdout.split() or out.stderr.split() or ["(nothing)"])[0]
 
     def version_text(self, binary: str) -> str:
-        out = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=60, check=False
-        )
-        return out.stdout
+        return self._version(binary, None).stdout
+
+    def _version(self, binary: str, env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+        """``binary --version`` as a launch runs: the agent's user, environment and a
+        throwaway HOME (so it reads no user config and sees no secret of the worker)."""
+        home = private_home(self.user, self.home_prefix)
+        try:
+            return subprocess.run(
+                self._as_agent([binary, "--version"]),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=agent_env(home, self.user, {"DISABLE_AUTOUPDATER": "1", **(env or {})}),
+                stdin=subprocess.DEVNULL,
+                cwd=home,
+                check=False,
+            )
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
 
     def endpoint(self, proxy_url: str, job_id: str, port: int | None = None) -> str:
         return proxy_url
@@ -264,10 +289,25 @@ class HostCliHost(CliHost):
         return [sys.executable, "-I", "-S", hook_client.__file__, endpoint_file, event]
 
     def read_file(self, path: str) -> bytes | None:
+        """None also for what the agent may have planted: a symlink, or a file that is
+        not (once opened, wherever a folder on the way led) a regular file inside the
+        launch's HOME or the workspace: the worker may be root, the file the agent's."""
         try:
-            return Path(path).read_bytes()
-        except FileNotFoundError:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
+            raise
+        with os.fdopen(fd, "rb") as f:
+            opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            inside = [self.workspace, *self._homes.values()]
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or not any(
+                opened.is_relative_to(os.path.realpath(root)) for root in inside
+            ):
+                return None
+            return f.read()
 
     def find_files(self, folder: str, name: str) -> list[str]:
         return sorted(str(p) for p in Path(folder).rglob(name) if p.is_file())
@@ -279,10 +319,16 @@ class HostCliHost(CliHost):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             target.chmod(0o600)
-        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env.update({"SHELL": shutil.which("bash") or "/bin/sh", **launch.env})
-        return _HostRun(launch, self.workspace, env)
+        if not self._granted:
+            grant_workspace(self.user, Path(self.workspace))
+            self._granted = True
+        hand_over(self.user, str(home))
+        env = agent_env(str(home), self.user, launch.env)
+        return _HostRun(self._as_agent(launch.argv), launch.stdin, self.workspace, env)
+
+    def _as_agent(self, argv: list[str]) -> list[str]:
+        # The worker's own uid (the developer opt-in, the unsafe same-user mode): as is.
+        return argv if self.user is None else as_agent(self.user, argv)
 
     def finish(self, job_id: str) -> None:
         home = self._homes.pop(job_id, None)
@@ -295,10 +341,10 @@ class HostCliHost(CliHost):
 
 
 class _HostRun(CliRun):
-    def __init__(self, launch: CliLaunch, cwd: str, env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], stdin: bytes, cwd: str, env: dict[str, str]) -> None:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed in stderr_tail)
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", reaper.__file__, str(os.getpid()), "--", *launch.argv],
+            [sys.executable, "-I", "-S", reaper.__file__, str(os.getpid()), "--", *argv],
             cwd=cwd,
             env=env,
             stdin=subprocess.PIPE,
@@ -308,7 +354,7 @@ class _HostRun(CliRun):
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         with contextlib.suppress(OSError):
-            self.proc.stdin.write(launch.stdin)
+            self.proc.stdin.write(stdin)
             self.proc.stdin.close()
         self._lines = _pump(self.proc.stdout)
 

@@ -5,9 +5,10 @@ and the one workspace helper (:class:`Workspaces`).
 ``--workspace docker`` is the session's container (:class:`~.cli.docker_host.DockerCliHost`);
 any other folder is a host folder, the CLI a child of the worker there
 (:class:`~.cli.host.HostCliHost`). A *docker-only* agent (Claude Code, Codex) gets a host
-folder only with the developer opt-in :data:`~.cli.host.UNSAFE_HOST_ENV`; Pi and OpenCode
-need none (their issue asks for "Docker or local sandbox"). No CLI runs in the virtual
-workspace.
+folder only with the developer opt-in :data:`~.cli.host.UNSAFE_HOST_ENV` (and then runs with
+the developer's uid); Pi and OpenCode need none, and run there as the unprivileged agent user
+(:mod:`durable_harness.sandbox.agent_user`; same-uid only with the operator's unsafe
+``DURABLE_HARNESS_UNSAFE_SAME_USER=1``). No CLI runs in the virtual workspace.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from durable_harness.core.types import StepStatus, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
+from durable_harness.sandbox.agent_user import agent_user
 
 __all__ = ["Workspaces", "check_where", "open_cli_host"]
 
@@ -35,7 +37,8 @@ Config = Mapping[str, Any] | TurnConfig
 def check_where(config: Config, agent: str, *, docker_only: bool) -> bool:
     """True for the Docker sandbox (the caller checks that Docker answers); else the host
     folder is checked and made. ConfigError for the virtual workspace, and for any host
-    folder of a ``docker_only`` agent without the developer opt-in."""
+    folder of a ``docker_only`` agent without the developer opt-in, and for a host folder
+    whose agent cannot run as the agent user (see :mod:`durable_harness.sandbox.agent_user`)."""
     spec = TurnConfig.of(config).workspace
     if spec == DOCKER:
         return True
@@ -47,6 +50,8 @@ def check_where(config: Config, agent: str, *, docker_only: bool) -> bool:
             "container) or --workspace DIR (a host folder); the virtual workspace cannot "
             "host it"
         )
+    else:
+        agent_user()  # ConfigError now, not at the launch, if it cannot run as one
     workspace_of(config, agent)
     return False
 
@@ -67,7 +72,10 @@ def open_cli_host(
         from durable_harness.adapters.cli.docker_host import DockerCliHost
 
         return DockerCliHost(session_id)
-    return HostCliHost(workspace_of(config, agent), binaries(), home_prefix=home_prefix)
+    # A docker-only agent on a host folder is the developer's opt-in to their own uid;
+    # Pi and OpenCode run there as the agent user (sandbox/agent_user.py).
+    user = None if docker_only else agent_user()
+    return HostCliHost(workspace_of(config, agent), binaries(), home_prefix=home_prefix, user=user)
 
 
 class Workspaces:

@@ -10,13 +10,12 @@ declares ``@opencode-ai/plugin`` already installed (see :func:`prepare_home`).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from importlib import resources
 from pathlib import Path
 
 from durable_harness.adapters.cli.mcp import SERVER_NAME
 from durable_harness.adapters.opencode.provider import opencode_npm
+from durable_harness.sandbox.agent_user import agent_env
 
 __all__ = [
     "DATABASE",
@@ -36,7 +35,6 @@ PLUGIN_FILE = "plugin.js"
 ENDPOINT_FILE = "durable-harness-endpoint.json"
 #: OpenCode's session database, relative to HOME (XDG_DATA_HOME is HOME/.local/share).
 DATABASE = ".local/share/opencode/opencode.db"
-_PASSED_ENV = ("PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 #: OpenCode switches: no update check, no models.dev fetch, no sharing, no LSP downloads,
 #: no Claude Code files (~/.claude), no default plugins, no project config (a project's
 #: opencode.json could switch the journaling plugin or the provider off).
@@ -172,8 +170,6 @@ def xdg_env(home: str) -> dict[str, str]:
 
 
 def base_env(home: Path) -> dict[str, str]:
-    """A minimal environment with a private HOME and XDG folders under it."""
-    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update({**xdg_env(str(home)), "SHELL": shutil.which("bash") or "/bin/sh", "TERM": "dumb"})
-    return env
+    """A minimal environment with a private HOME and XDG folders under it (the
+    allow-listed one of :func:`~durable_harness.sandbox.agent_user.agent_env`)."""
+    return agent_env(str(home), None, {"TERM": "dumb"})

@@ -44,7 +44,6 @@ answering only from the journal: zero upstream calls, zero tool runs.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,6 @@ from durable_harness.adapters.opencode.home import (
     DATABASE,
     OPENCODE_ENV,
     OPENCODE_VERSION,
-    base_env,
     home_files,
     prepare_home,
 )
@@ -105,12 +103,9 @@ def find_opencode() -> str:
 
 
 def _read_version(host: CliHost, binary: str) -> str:
-    if host.durable:
-        return host.version(binary, dict(OPENCODE_ENV))
-    # On this machine: a throwaway HOME, so the CLI reads no user config.
-    with tempfile.TemporaryDirectory(prefix="durable-harness-opencode-") as home:
-        env = {**base_env(Path(home)), **OPENCODE_ENV}
-        return HostCliHost(Path.cwd(), {}).version(binary, env)
+    # On a host folder as the agent user, with a throwaway HOME (HostCliHost.version), so
+    # the CLI reads no user config.
+    return host.version(binary, dict(OPENCODE_ENV))
 
 
 #: OpenCode tools that only read (files, the web, its own todo list and skills).
@@ -187,8 +182,10 @@ class _Database:
 def _read(ctx: LaunchContext) -> bytes:
     """A consistent copy of OpenCode's database where it runs (empty if none yet)."""
     path = f"{ctx.home}/{DATABASE}"
-    if isinstance(ctx.host, HostCliHost):
+    if isinstance(ctx.host, HostCliHost) and ctx.host.user is None:
         return snapshot(Path(path))  # SQLite's backup API, while OpenCode writes
+    # Whole files through read_file: in a container, and where the files are the agent
+    # user's (the worker, root, must not open them through a symlink the agent made).
     return read_snapshot(ctx.host.read_file, path)
 
 

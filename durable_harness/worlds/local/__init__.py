@@ -86,7 +86,12 @@ class LocalWorld(LocalCatalog, LocalQueue, LocalJournal, World):
         self._blobs = BlobFolder(self.data_dir / "blobs")
         self._db = Database(self.data_dir / DB_NAME)
         try:
-            self._blobs.root.mkdir(parents=True, exist_ok=True)
+            # Private to the worker's user: every turn's journal and signal secret is here,
+            # and a host-folder agent runs as another user (sandbox/agent_user.py).
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.data_dir.stat().st_uid == os.geteuid():
+                self.data_dir.chmod(0o700)
+            self._blobs.root.mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
             raise WorldError(
                 f"cannot create the World folder {self.data_dir}: {exc}; {OTHER_FOLDER}"
