@@ -153,6 +153,9 @@ class CliSpec:
     close_from_request: Callable[[ToolHooks, dict[str, Any]], None]
     #: Names a host tool may not take (the CLI's own tools).
     reserved_tools: frozenset[str] = frozenset()
+    #: The models the launch's CLI is configured to call (what its proxy lets through,
+    #: with the operator's extras); None: the turn's model.
+    models: Callable[[LaunchContext], tuple[str, ...]] | None = None
     #: Whether a resumed launch's stored plan names its number (``launch``): OpenCode's
     #: never did, and the stored plan keeps its spelling.
     numbered_resumes: bool = True

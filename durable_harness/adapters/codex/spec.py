@@ -317,4 +317,5 @@ SPEC = CliSpec(
     hooks_wait=10.0,
     hooks_missing="Codex did not run the durable-harness hooks (no SessionStart arrived)",
     close_from_request=_close_from_request,
+    models=lambda ctx: (codex_model(ctx.run.config),),
 )

@@ -25,7 +25,16 @@ For each model call (``POST /v1/messages``, ``/v1/responses``, ``/v1/chat/comple
 
 ``POST /v1/messages/count_tokens`` and ``GET /v1/models`` are forwarded unjournaled (they
 cost nothing and change nothing); other paths get a 404. Errors of the proxy's own are
-shaped as the API of the path asked. ``POST /_dh/<event>`` (the CLI's
+shaped as the API of the path asked.
+
+Before any of this, a request is held against :mod:`.policy` (the paths, models, fields,
+betas and tools a CLI's model call has; the ``max_tokens`` ceiling; the turn's budget of
+upstream calls): a refused one gets the API's error with the reason, and is neither
+journaled nor forwarded. A request whose outcome the journal already holds is replayed
+whatever the policy says: it was allowed when it was made, and answering it reaches no
+upstream; a policy the operator tightened since still stops every new upstream call.
+
+``POST /_dh/<event>`` (the CLI's
 hooks, authenticated by ``X-Durable-Harness-Token``) and ``POST /mcp`` (host tools over
 MCP, ``Authorization: Bearer``) are handed to the adapter's callbacks.
 
@@ -47,7 +56,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -62,6 +71,13 @@ from durable_harness.adapters.proxy.journaling import (
     read_json_reply,
     tee_stream,
 )
+from durable_harness.adapters.proxy.policy import (
+    ProxyPolicy,
+    Refusal,
+    TurnLimits,
+    check,
+    forwarded,
+)
 from durable_harness.adapters.proxy.upstream import (
     Upstream,
     UpstreamBroke,
@@ -73,7 +89,12 @@ from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.base import WireFormat, error_text
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
-from durable_harness.core.errors import DurableHarnessError, ModelError, ReplayDivergence
+from durable_harness.core.errors import (
+    DurableHarnessError,
+    ModelError,
+    ReplayDivergence,
+    TurnFailed,
+)
 from durable_harness.harness.httpio import BodyCut, read_body
 from durable_harness.harness.journal import Journal, OpenStep, StepResult
 
@@ -115,8 +136,17 @@ class JournalingProxy:
         token: str,
         callbacks: ProxyCallbacks | None = None,
         host: str = "127.0.0.1",
+        *,
+        models: Iterable[str] = (),
+        policy: ProxyPolicy | None = None,
     ) -> None:
         self.steps = ModelSteps(journal, canonicalizer)
+        #: The models this launch may call (the turn's, and the CLI's own) and the
+        #: operator's policy: what :meth:`refusal` holds each request against.
+        self.models = frozenset(models)
+        self.policy = policy or ProxyPolicy()
+        self.refused: list[str] = []  # the reasons of refused requests (newest last)
+        self._plain_calls = 0
         self._client = UpstreamClient(upstream)  # shared by every server thread
         self.token = token
         self.callbacks = callbacks or ProxyCallbacks()
@@ -191,6 +221,27 @@ class JournalingProxy:
     def authorized(self, presented: str | None) -> bool:
         return presented is not None and hmac.compare_digest(presented, self.token)
 
+    def refusal(
+        self, wire: WireFormat, method: str, target: str, headers: Mapping[str, str], body: Any
+    ) -> Refusal | None:
+        """Why the request may not go upstream (:func:`.policy.check`), or None."""
+        parts = urlsplit(target)
+        journal = self.journal
+        made = sum(s.attempts for s in journal.recorded.values() if s.kind == "model")
+        limits = TurnLimits(self.models, journal.max_model_calls, made, self._plain_calls)
+        refusal = check(wire, method, parts.path, parts.query, headers, body, self.policy, limits)
+        if refusal is not None:
+            log.info("proxy refused %s %s: %s", method, parts.path, refusal.reason)
+            with self._lock:
+                self.refused.append(refusal.reason)
+                del self.refused[:-20]
+            if refusal.budget:
+                self.fail(TurnFailed(refusal.reason))
+        elif method == "GET" or parts.path in wire.plain_paths:
+            with self._lock:
+                self._plain_calls += 1
+        return refusal
+
     def note_upstream_error(self, message: str) -> None:
         with self._lock:
             self.upstream_errors.append(message)
@@ -227,7 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
         # Models are listed with the key the way the client sent its own.
         self.wire = ANTHROPIC if "x-api-key" in self.headers else RESPONSES
         if path.startswith("/v1/models") and self._api_authorized():
-            self._forward_plain("GET", b"")
+            if self._allowed("GET", None):
+                self._forward_plain("GET", b"")
         elif path == "/mcp":
             self._send_json(405, {"error": "this MCP endpoint answers POST only"})
         else:
@@ -248,7 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self._api_authorized():
                 self._model_call(body)
         elif path in _PLAIN_PATHS:
-            if self._api_authorized():
+            if self._api_authorized() and self._allowed("POST", _json_or_text(body)):
                 self._forward_plain("POST", body)
         elif path.startswith("/_dh/"):
             self._control(path.removeprefix("/_dh/"), body)
@@ -263,6 +315,13 @@ class _Handler(BaseHTTPRequestHandler):
         except BodyCut:
             return
         self._not_found()
+
+    def _allowed(self, method: str, body: Any) -> bool:
+        """Whether the policy lets this plain request through (answered if not)."""
+        refusal = self.proxy.refusal(self.wire, method, self.path, dict(self.headers.items()), body)
+        if refusal is not None:
+            self._api_error(refusal.status, refusal.kind, refusal.message)
+        return refusal is None
 
     def _api_authorized(self) -> bool:
         presented = self.headers.get("x-api-key")
@@ -285,6 +344,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._api_error(400, "invalid_request_error", f"request body is not JSON: {exc}")
             return
         stream = body.get("stream") is True
+        refusal = proxy.refusal(self.wire, "POST", self.path, dict(self.headers.items()), body)
+        if refusal is not None and not proxy.steps.recorded(self.path, dict(self.headers), body):
+            self._api_error(refusal.status, refusal.kind, refusal.message)
+            return
         try:
             if proxy.callbacks.on_request is not None:
                 proxy.callbacks.on_request(body)
@@ -303,6 +366,9 @@ class _Handler(BaseHTTPRequestHandler):
             if proxy.callbacks.on_message is not None:
                 proxy.callbacks.on_message(message_of(begun.value, self.wire), True)
             return
+        rewritten = forwarded(self.wire, body, proxy.policy)
+        if rewritten is not None:  # a provider-side tool the CLI always declares, taken out
+            raw = json.dumps(rewritten).encode()
         try:
             self._forward(key, begun, raw, stream)
         finally:
@@ -494,3 +560,11 @@ class _Handler(BaseHTTPRequestHandler):
             super().handle_one_request()
         except _Failed:
             self.close_connection = True
+
+
+def _json_or_text(raw: bytes) -> Any:
+    """A request body as JSON (the policy refuses anything but an object)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")
