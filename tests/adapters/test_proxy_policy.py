@@ -251,7 +251,7 @@ def test_the_budget_counts_every_upstream_attempt_and_ends_the_turn(rig: Rig) ->
     assert len(upstream_log(rig)) == 3
     status, reply = send(rig, case.request("one past the budget", stream=False))
     assert status == 429 and rig.case.error_shaped(reply), reply
-    assert "its limit is 3" in json.dumps(reply)
+    assert "the turn's limit is 3" in json.dumps(reply)
     assert isinstance(rig.proxy.fatal, TurnFailed)
     # A recorded call still replays (it costs nothing); nothing new went upstream.
     assert send(rig, case.request("one", stream=False))[0] == 200

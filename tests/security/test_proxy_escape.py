@@ -169,7 +169,7 @@ def test_a_call_past_the_budget_is_refused_and_ends_the_turn(
     for h in _harness(tmp_path, "budget"):
         out, ids = _run(h, "--max-model-calls", "2")
         assert out.returncode != 0
-        assert "its limit is 2" in out.stderr, out.stderr
+        assert "the turn's limit is 2" in out.stderr, out.stderr
         show = h.show(ids["turn"])
         assert show["turn"]["status"] == "failed", show["turn"]
         # The CLI's first call and the one call inside the budget reached upstream; the

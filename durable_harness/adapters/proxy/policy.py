@@ -133,8 +133,9 @@ def check(
         return Refusal(
             429,
             "rate_limit_error",
-            f"the turn made {limits.model_calls} model calls; its limit is {budget} "
-            "(raise it with --max-model-calls)",
+            # The journal's own wording (harness/journal.py), whichever refuses first.
+            f"the agent made {limits.model_calls} model calls in this turn without "
+            f"finishing; the turn's limit is {budget} (raise it with --max-model-calls)",
             budget=True,
         )
     return None
