@@ -303,3 +303,17 @@ def test_codex_web_search_is_taken_out_of_what_is_forwarded(tmp_path: Path) -> N
             rig.fake.answer_responses(json.dumps(sent).encode()).request_hash
         )
         assert len(rig.steps()) == 2
+
+
+def test_a_launch_takes_only_its_clis_api(tmp_path: Path) -> None:
+    """A launch's proxy takes the API its CLI speaks: a valid request of another API
+    (same model, same token) is refused, its plain paths too."""
+    with open_rig(tmp_path, WIRES["anthropic"]) as rig:
+        rig.proxy.wires = frozenset({"/v1/responses"})
+        status, reply = send(rig, rig.case.request("hi"))
+        assert status == 404 and "does not speak anthropic-messages" in json.dumps(reply)
+        body = {k: v for k, v in rig.case.request("hi").items() if k != "max_tokens"}
+        assert send(rig, body, path="/v1/messages/count_tokens")[0] == 404
+        assert upstream_log(rig) == [] and rig.steps() == []
+        rig.proxy.wires = frozenset({"/v1/messages"})
+        assert send(rig, rig.case.request("hi"))[0] == 200

@@ -53,6 +53,7 @@ from durable_harness.adapters.cli.waits import WaitGate
 from durable_harness.adapters.cli.where import Workspaces, check_where, open_cli_host
 from durable_harness.adapters.proxy.policy import policy_of
 from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallbacks, Upstream
+from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import TurnConfig
@@ -228,6 +229,7 @@ class CliLauncher:
             token,
             callbacks,
             models=spec.models(ctx) if spec.models else (turn_config.model or run.settings.model,),
+            wires=spec.wires(ctx) if spec.wires else (ANTHROPIC.path,),
             policy=policy_of(run.settings),
         )
         output = spec.output(ctx)

@@ -156,6 +156,9 @@ class CliSpec:
     #: The models the launch's CLI is configured to call (what its proxy lets through,
     #: with the operator's extras); None: the turn's model.
     models: Callable[[LaunchContext], tuple[str, ...]] | None = None
+    #: The journaled paths of the model APIs the launch's CLI speaks (the proxy refuses
+    #: the others); None: the Anthropic Messages API.
+    wires: Callable[[LaunchContext], tuple[str, ...]] | None = None
     #: Whether a resumed launch's stored plan names its number (``launch``): OpenCode's
     #: never did, and the stored plan keeps its spelling.
     numbered_resumes: bool = True

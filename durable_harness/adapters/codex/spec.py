@@ -70,6 +70,7 @@ from durable_harness.adapters.codex.setup import (
     resolve_openai_endpoint,
 )
 from durable_harness.adapters.codex.tools import HOST_TOOL_PREFIX, CodexHostTools
+from durable_harness.adapters.proxy.wire.responses import RESPONSES
 from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.types import Replay, Step
 
@@ -318,4 +319,5 @@ SPEC = CliSpec(
     hooks_missing="Codex did not run the durable-harness hooks (no SessionStart arrived)",
     close_from_request=_close_from_request,
     models=lambda ctx: (codex_model(ctx.run.config),),
+    wires=lambda ctx: (RESPONSES.path,),
 )

@@ -8,7 +8,7 @@ journaled or forwarded, :func:`check` holds it against the operator's policy
 each wire format). Refused, with a reason, is:
 
 * a path or query parameter the API's clients do not use (and any method but the ones
-  routed);
+  routed); a path of another API than the one the launch's CLI speaks;
 * a model that is not the turn's (nor one the CLI itself sends, nor an operator's extra);
 * a top-level request field not in the API's table; a beta header value not in it;
   a header that selects another account scope (OpenAI organization or project);
@@ -65,6 +65,8 @@ class TurnLimits:
     """The launch's side: its models, its budget, and what was spent of it."""
 
     models: frozenset[str]
+    #: The journaled paths of the APIs the launch's CLI speaks (its wire formats).
+    wires: frozenset[str] = frozenset()
     #: The turn's budget of upstream model calls (None: no budget).
     max_model_calls: int | None = None
     #: Upstream model calls made so far in the turn (every attempt of every model step).
@@ -110,6 +112,9 @@ def check(
     )
     if not (journaled or plain):
         reason = f"{method} {path} is not a call the agent CLIs make"
+        return _refused(reason, 404, "not_found_error")
+    if wire.path not in limits.wires:
+        reason = f"this launch's CLI does not speak {wire.name} ({path})"
         return _refused(reason, 404, "not_found_error")
     for name, _ in parse_qsl(query, keep_blank_values=True):
         if name not in wire.table.query:

@@ -138,12 +138,14 @@ class JournalingProxy:
         host: str = "127.0.0.1",
         *,
         models: Iterable[str] = (),
+        wires: Iterable[str] = tuple(WIRES),
         policy: ProxyPolicy | None = None,
     ) -> None:
         self.steps = ModelSteps(journal, canonicalizer)
-        #: The models this launch may call (the turn's, and the CLI's own) and the
-        #: operator's policy: what :meth:`refusal` holds each request against.
+        #: The models this launch may call (the turn's, and the CLI's own), the APIs
+        #: its CLI speaks and the operator's policy: what :meth:`refusal` checks.
         self.models = frozenset(models)
+        self.wires = frozenset(wires)  # the journaled paths of the CLI's APIs
         self.policy = policy or ProxyPolicy()
         self.refused: list[str] = []  # the reasons of refused requests (newest last)
         self._plain_calls = 0
@@ -228,7 +230,9 @@ class JournalingProxy:
         parts = urlsplit(target)
         journal = self.journal
         made = sum(s.attempts for s in journal.recorded.values() if s.kind == "model")
-        limits = TurnLimits(self.models, journal.max_model_calls, made, self._plain_calls)
+        limits = TurnLimits(
+            self.models, self.wires, journal.max_model_calls, made, self._plain_calls
+        )
         refusal = check(wire, method, parts.path, parts.query, headers, body, self.policy, limits)
         if refusal is not None:
             log.info("proxy refused %s %s: %s", method, parts.path, refusal.reason)
