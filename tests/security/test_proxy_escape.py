@@ -1,6 +1,6 @@
 # ruff: noqa: E501  (the fake model script keeps one rule per line)
-"""Escape tests of the journaling proxy, from inside: Claude Code and Codex in the Docker
-sandbox, each CLI's own shell tool running a script the model sent base64-encoded (so no
+"""Escape tests of the journaling proxy, from inside: each of the four CLIs (Claude Code,
+Codex, OpenCode, Pi) in the Docker sandbox, one scripted turn each, the CLI's own shell tool running a script the model sent base64-encoded (so no
 command screening can read it), which finds the proxy's per-launch token and URL as any
 process in the container can (the CLI's environment, ``/proc/*/environ``, the launch's
 HOME) and sends 14 model requests the CLI did not make, in the CLI's own API: another
@@ -34,6 +34,11 @@ FINAL = "Checked the proxy."
 
 _SCRIPT = """
 [[rule]]
+name = "title"
+when.system = "You are a title generator"
+reply.text = "Proxy check"
+
+[[rule]]
 name = "final"
 when.conversation = "ESCAPE-DONE"
 reply.text = "{final}"
@@ -65,7 +70,17 @@ function endpoint() {
         return {url: vars.ANTHROPIC_BASE_URL, key: vars.ANTHROPIC_API_KEY, from: 'proc'};
     } catch (e) {}
   }
-  const saved = JSON.parse(fs.readFileSync(`${env.HOME}/durable-harness-endpoint.json`));
+  // The endpoint file every CLI adapter leaves for its hooks: named in the environment
+  // (Pi) or somewhere in the launch's HOME.
+  const named = Object.values(env).find(v => v.endsWith('durable-harness-endpoint.json'));
+  const find = (dir, depth) => {
+    for (const e of fs.readdirSync(dir, {withFileTypes: true})) {
+      const p = `${dir}/${e.name}`;
+      if (e.isFile() && e.name === 'durable-harness-endpoint.json') return p;
+      if (e.isDirectory() && depth > 0) { const f = find(p, depth - 1); if (f) return f; }
+    }
+  };
+  const saved = JSON.parse(fs.readFileSync(named || find(env.HOME, 4)));
   return {url: saved.url, key: saved.token, from: 'home'};
 }
 const ep = endpoint();
@@ -163,6 +178,20 @@ CLIS = {
         '{{ name = "exec_command", input = {{ cmd = "{command}", yield_time_ms = 60000 }} }}',
         {},
     ),
+    "opencode": Cli(
+        "opencode",
+        "claude-sonnet-4-5",
+        "anthropic",
+        '{{ name = "bash", input = {{ command = "{command}", description = "check" }} }}',
+        {},
+    ),
+    "pi": Cli(
+        "pi",
+        "claude-sonnet-4-5",
+        "anthropic",
+        '{{ name = "bash", input = {{ command = "{command}" }} }}',
+        {},
+    ),
 }
 
 
@@ -192,11 +221,18 @@ def _container_json(session: str, path: str) -> Any:
 
 
 def _run(h: Harness, cli: Cli, *extra: str) -> tuple[Any, dict[str, str]]:
+    extra = extra or ("--max-model-calls", "8")  # a script that fails makes the model loop
     out = h.cli(
         "run", "--agent", cli.agent, "--workspace", "docker", *extra, "check the proxy",
         timeout=300,
     )  # fmt: skip
     return out, ids_of(out)
+
+
+def _tool_outputs(h: Harness, ids: dict[str, str]) -> str:
+    """The first tool step's output (what the script printed), for a failure's message."""
+    steps = [s for s in h.show(ids["turn"])["steps"] if s["kind"] == "tool"]
+    return json.dumps(steps[:1], indent=1)[:3000]
 
 
 @pytest.fixture(params=list(CLIS))
@@ -210,7 +246,7 @@ def test_requests_the_cli_did_not_make_are_refused(
     started = time.monotonic()
     for h in _harness(tmp_path, cli, "attacks"):
         out, ids = _run(h, cli)
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == 0, _tool_outputs(h, ids)
         assert out.stdout.strip().splitlines()[-1] == FINAL
         found = _container_json(ids["session"], "/workspace/escape.json")
         results = found["results"]
@@ -219,7 +255,7 @@ def test_requests_the_cli_did_not_make_are_refused(
             assert result["refused"] and 400 <= result["status"] < 500, result
         # Upstream saw only the CLI's own two calls: none of the attacks.
         log = h.requests()
-        assert [r["rule"] for r in log] == ["attack", "final"], log
+        assert [r["rule"] for r in log if r["rule"] != "title"] == ["attack", "final"], log
         assert not any("ATTACK-" in r["last_user_text"] for r in log), log
         print(
             f"\nproxy escape ({cli.agent} in Docker, token from {found['from']}): "
