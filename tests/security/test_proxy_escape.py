@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (the fake model script keeps one rule per line)
 """Escape tests of the journaling proxy, from inside: each of the four CLIs (Claude Code,
-Codex, OpenCode, Pi) in the Docker sandbox, one scripted turn each, the CLI's own shell tool running a script the model sent base64-encoded (so no
-command screening can read it), which finds the proxy's per-launch token and URL as any
+Codex, OpenCode, Pi) in the Docker sandbox, one scripted turn each, the CLI's own shell
+tool running a script the model sent base64-encoded (so no command screening can read
+it), which finds the proxy's per-launch token and URL as any
 process in the container can (the CLI's environment, ``/proc/*/environ``, the launch's
 HOME) and sends 14 model requests the CLI did not make, in the CLI's own API: another
 model, a huge ``max_tokens`` (and thinking budget), provider-side tools (web search and
