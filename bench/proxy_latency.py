@@ -105,7 +105,11 @@ def main() -> None:
         journal = Journal(world, lease)
         fake = FakeModelServer(parse_script(script(args.events, args.chunk_ms))).start()
         proxy = JournalingProxy(
-            journal, ClaudeCodeCanonicalizer(), Upstream(fake.url, "provider-key"), TOKEN
+            journal,
+            ClaudeCodeCanonicalizer(),
+            Upstream(fake.url, "provider-key"),
+            TOKEN,
+            models=("claude-sonnet-4-5",),
         ).start()
         results: dict[str, dict[str, list[float]]] = {
             way: {"ttfb": [], "total": []} for way in ("direct", "proxy_live", "proxy_replay")

@@ -11,10 +11,10 @@ World is opened. A bad value is one :class:`ConfigError` naming the variable and
 from __future__ import annotations
 
 import abc
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import Field, PrivateAttr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from durable_harness.core.errors import ConfigError
 
@@ -61,7 +61,22 @@ class Settings(EnvSettings):
     #: The size of a Docker session's workspace and home volumes (a kernel-enforced
     #: tmpfs; None: a plain volume, bounded only by the Docker host's disk).
     max_workspace_bytes: int | None = Field(default=None, gt=0)
+    # What the journaling proxy forwards with the harness's key (adapters/proxy/policy.py):
+    # models besides the turn's, provider-side tool families and betas the operator
+    # allows (comma-separated), the ceiling on max_tokens, unjournaled calls per launch.
+    proxy_extra_models: Annotated[tuple[str, ...], NoDecode] = ()
+    proxy_server_tools: Annotated[tuple[str, ...], NoDecode] = ()
+    proxy_extra_betas: Annotated[tuple[str, ...], NoDecode] = ()
+    proxy_max_tokens: int = 128_000
+    proxy_max_plain_calls: int = 200
     _world_flags: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @field_validator("proxy_extra_models", "proxy_server_tools", "proxy_extra_betas", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
     @classmethod
     def load(cls, **overrides: Any) -> Self:

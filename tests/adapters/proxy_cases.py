@@ -122,6 +122,10 @@ class WireCase:
         return [self.event_name(data) for data in data_lines(body)]
 
 
+#: The models the rig's proxy lets through: the one each wire's requests name.
+MODELS = ("claude-sonnet-4-5", "gpt-4o", "gpt-5-codex")
+
+
 def _anthropic_request(text: str, *, stream: bool = True, **extra: Any) -> dict[str, Any]:
     return {
         "model": "claude-sonnet-4-5",
@@ -344,7 +348,9 @@ def open_rig(tmp_path: Path, case: WireCase) -> Iterator[Rig]:
         script = parse_script(SCRIPT % {"tool": case.tool, "tool_input": case.tool_input})
         with FakeModelServer(script, log_path=log) as fake:
             upstream = Upstream(fake.url, PROVIDER_KEY, send_key=True)
-            with JournalingProxy(journal, case.canonicalizer(), upstream, TOKEN) as proxy:
+            with JournalingProxy(
+                journal, case.canonicalizer(), upstream, TOKEN, models=MODELS
+            ) as proxy:
                 yield Rig(world, journal, fake, proxy, log, case)
     finally:
         world.close()

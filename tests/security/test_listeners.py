@@ -101,7 +101,7 @@ def _proxy(world: Any, limits: Limits) -> Iterator[Target]:
         upstream = Upstream(fake.url, "provider-key", send_key=True)
         canonicalizer = ClaudeCodeCanonicalizer()
         with JournalingProxy(
-            journal, canonicalizer, upstream, TOKEN, callbacks, limits=limits
+            journal, canonicalizer, upstream, TOKEN, callbacks, limits=limits, models=("m",)
         ) as proxy:
             port = int(proxy.url.rsplit(":", 1)[1])
             key = {"x-api-key": TOKEN.encode()}

@@ -52,7 +52,9 @@ from durable_harness.adapters.cli.ledger import ToolLedger
 from durable_harness.adapters.cli.spec import BeforeIntent, CliSpec, LaunchContext
 from durable_harness.adapters.cli.waits import WaitGate
 from durable_harness.adapters.cli.where import Workspaces, check_where, open_cli_host
+from durable_harness.adapters.proxy.policy import policy_of
 from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallbacks, Upstream
+from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import TurnConfig
@@ -194,6 +196,7 @@ class CliLauncher:
         """Run the launch ``job`` (or follow ``cli``, the same launch started by an earlier
         worker) to its end; its outcome: the reply and the final session record."""
         spec, host, journal = self.spec, self.host, self.journal
+        run, turn_config = self.run_, self.turn_config
         binary = host.binary(spec.binary)
         check_version(spec, binary, host)
         url, key = spec.upstream(self.turn_config.base_url)
@@ -233,6 +236,9 @@ class CliLauncher:
             Upstream(url, key, send_key=is_loopback(url)),
             token,
             callbacks,
+            models=spec.models(ctx) if spec.models else (turn_config.model or run.settings.model,),
+            wires=spec.wires(ctx) if spec.wires else (ANTHROPIC.path,),
+            policy=policy_of(run.settings),
         )
         output = spec.output(ctx)
         stop_mode = spec.waits == "stop"

@@ -26,10 +26,11 @@ from typing import Any
 from durable_harness.adapters.proxy.canonical import Canonicalizer, ToolOutcomes
 from durable_harness.adapters.proxy.canonical_chat import ChatCanonicalizer
 from durable_harness.adapters.proxy.canonical_responses import ResponsesCanonicalizer
-from durable_harness.adapters.proxy.wire import chat, responses
+from durable_harness.adapters.proxy.wire import anthropic, chat, responses
 
 __all__ = [
     "anthropic_view",
+    "api_wire",
 ]
 
 
@@ -44,6 +45,15 @@ def anthropic_view(body: dict[str, Any]) -> dict[str, Any]:
     ):
         return chat.as_messages_request(body)
     return body
+
+
+def api_wire(api: str) -> str:
+    """The journaled path of the model API ``api`` names (what the launch's proxy takes)."""
+    if api in ("openai-completions", "openai-compatible"):
+        return chat.CHAT.path
+    if api == "openai-responses":
+        return responses.RESPONSES.path
+    return anthropic.ANTHROPIC.path
 
 
 def with_text_rules(

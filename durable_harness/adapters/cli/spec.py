@@ -162,6 +162,12 @@ class CliSpec:
     #: Whether a hook's ``(tool_name, tool_input)`` of the CLI's own tool is the model's
     #: tool use (cli/ledger.py): by default the same name and input.
     same_call: SameCall = same_call
+    #: The models the launch's CLI is configured to call (what its proxy lets through,
+    #: with the operator's extras); None: the turn's model.
+    models: Callable[[LaunchContext], tuple[str, ...]] | None = None
+    #: The journaled paths of the model APIs the launch's CLI speaks (the proxy refuses
+    #: the others); None: the Anthropic Messages API.
+    wires: Callable[[LaunchContext], tuple[str, ...]] | None = None
     #: Whether a resumed launch's stored plan names its number (``launch``): OpenCode's
     #: never did, and the stored plan keeps its spelling.
     numbered_resumes: bool = True

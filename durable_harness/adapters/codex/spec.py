@@ -72,6 +72,7 @@ from durable_harness.adapters.codex.setup import (
     resolve_openai_endpoint,
 )
 from durable_harness.adapters.codex.tools import HOST_TOOL_PREFIX, CodexHostTools
+from durable_harness.adapters.proxy.wire.responses import RESPONSES
 from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.types import Replay, Step
 
@@ -332,4 +333,6 @@ SPEC = CliSpec(
     hooks_missing="Codex did not run the durable-harness hooks (no SessionStart arrived)",
     close_from_request=_close_from_request,
     same_call=_same_call,
+    models=lambda ctx: (codex_model(ctx.run.config),),
+    wires=lambda ctx: (RESPONSES.path,),
 )

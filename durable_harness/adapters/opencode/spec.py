@@ -59,7 +59,7 @@ from durable_harness.adapters.cli.host import (
     json_event,
     progress,
 )
-from durable_harness.adapters.cli.provider_api import anthropic_view
+from durable_harness.adapters.cli.provider_api import anthropic_view, api_wire
 from durable_harness.adapters.cli.records import previous_turn_transcript, resume_message_from_facts
 from durable_harness.adapters.cli.spec import BeforeIntent, CliSpec, LaunchContext, Wiring
 from durable_harness.adapters.opencode.home import (
@@ -310,4 +310,5 @@ SPEC = CliSpec(
     hooks_missing="OpenCode did not load the durable-harness plugin (no SessionStart arrived)",
     close_from_request=lambda hooks, body: hooks.close_from_request(anthropic_view(body)),
     numbered_resumes=False,
+    wires=lambda ctx: (api_wire(_config(ctx).provider.api),),
 )

@@ -44,7 +44,7 @@ from durable_harness.adapters.cli.agent import find_binary
 from durable_harness.adapters.cli.hooks import ReplayPolicy, ToolHooks, save_before_host_calls
 from durable_harness.adapters.cli.host import CliHost, CliLaunch, Finished, json_event, progress
 from durable_harness.adapters.cli.mcp import SERVER_NAME, HostToolServer
-from durable_harness.adapters.cli.provider_api import anthropic_view
+from durable_harness.adapters.cli.provider_api import anthropic_view, api_wire
 from durable_harness.adapters.cli.spec import BeforeIntent, CliSpec, Control, LaunchContext, Wiring
 from durable_harness.adapters.cli.transcript import TranscriptFile
 from durable_harness.adapters.pi.provider import PiConfig, pi_canonicalizer, pi_provider
@@ -295,4 +295,5 @@ SPEC = CliSpec(
     close_from_request=lambda hooks, body: hooks.close_from_request(anthropic_view(body)),
     # A host tool may not take the name of one of Pi's built-in tools.
     reserved_tools=BUILTIN_TOOLS,
+    wires=lambda ctx: (api_wire(_config(ctx).provider.api),),
 )

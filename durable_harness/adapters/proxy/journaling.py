@@ -60,6 +60,15 @@ class ModelSteps:
             return None
         return step.output_blob or sha256_hex((step.output or "").encode())
 
+    def recorded(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> bool:
+        """Whether the journal holds the outcome of this request (a replay, no upstream)."""
+        try:
+            digest = self.canonicalizer.key(path, headers, body, self.tool_outcome)
+        except Exception:  # a body the CLI's canonical form cannot read was never recorded
+            return False
+        step = self.journal.lookup(model_key(digest))
+        return step is not None and step.status is StepStatus.DONE
+
     def begin(
         self, path: str, headers: dict[str, str], body: dict[str, Any]
     ) -> tuple[str, StepResult | OpenStep]:

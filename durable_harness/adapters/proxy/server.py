@@ -30,6 +30,13 @@ hooks, authenticated by ``X-Durable-Harness-Token``) and ``/mcp`` (host tools ov
 ``Authorization: Bearer``; the protocol is the official SDK's, :mod:`.mcp_transport`) are
 handed to the adapter's callbacks.
 
+Before any of this, a request is held against :mod:`.policy` (the paths, models, fields,
+betas and tools a CLI's model call has; the ``max_tokens`` ceiling; the turn's budget of
+upstream calls): a refused one gets the API's error with the reason, and is neither
+journaled nor forwarded. A request whose outcome the journal already holds is replayed
+whatever the policy says: it was allowed when it was made, and answering it reaches no
+upstream; a policy the operator tightened since still stops every new upstream call.
+
 One job per module: here the HTTP listener, its routing and the hook/MCP dispatch;
 :mod:`.upstream` the model endpoint's client (httpx, retry, error mapping);
 :mod:`.journaling` the journal glue (a model call's step, the tee); :mod:`.chunked` the
@@ -47,7 +54,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -64,6 +71,13 @@ from durable_harness.adapters.proxy.journaling import (
     tee_stream,
 )
 from durable_harness.adapters.proxy.mcp_transport import McpTransport
+from durable_harness.adapters.proxy.policy import (
+    ProxyPolicy,
+    Refusal,
+    TurnLimits,
+    check,
+    forwarded,
+)
 from durable_harness.adapters.proxy.sse import event_bytes
 from durable_harness.adapters.proxy.upstream import (
     Upstream,
@@ -76,7 +90,12 @@ from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.base import WireFormat, error_text
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
-from durable_harness.core.errors import DurableHarnessError, ModelError, ReplayDivergence
+from durable_harness.core.errors import (
+    DurableHarnessError,
+    ModelError,
+    ReplayDivergence,
+    TurnFailed,
+)
 from durable_harness.harness.journal import Journal, OpenStep, StepResult
 from durable_harness.harness.listener import (
     BodyLimit,
@@ -127,8 +146,19 @@ class JournalingProxy:
         callbacks: ProxyCallbacks | None = None,
         host: str = "127.0.0.1",
         limits: Limits | None = None,
+        *,
+        models: Iterable[str] = (),
+        wires: Iterable[str] = tuple(WIRES),
+        policy: ProxyPolicy | None = None,
     ) -> None:
         self.steps = ModelSteps(journal, canonicalizer)
+        #: The models this launch may call (the turn's, and the CLI's own), the APIs
+        #: its CLI speaks and the operator's policy: what :meth:`refusal` checks.
+        self.models = frozenset(models)
+        self.wires = frozenset(wires)  # the journaled paths of the CLI's APIs
+        self.policy = policy or ProxyPolicy()
+        self.refused: list[str] = []  # the reasons of refused requests (newest last)
+        self._plain_calls = 0
         self._client = UpstreamClient(upstream)  # shared by every server thread
         self.token = token
         self.callbacks = callbacks or ProxyCallbacks()
@@ -201,6 +231,29 @@ class JournalingProxy:
     def authorized(self, presented: str | None) -> bool:
         return token_matches(presented, self.token)
 
+    def refusal(
+        self, wire: WireFormat, method: str, target: str, headers: Mapping[str, str], body: Any
+    ) -> Refusal | None:
+        """Why the request may not go upstream (:func:`.policy.check`), or None."""
+        parts = urlsplit(target)
+        journal = self.journal
+        made = sum(s.attempts for s in journal.recorded.values() if s.kind == "model")
+        limits = TurnLimits(
+            self.models, self.wires, journal.max_model_calls, made, self._plain_calls
+        )
+        refusal = check(wire, method, parts.path, parts.query, headers, body, self.policy, limits)
+        if refusal is not None:
+            log.info("proxy refused %s %s: %s", method, parts.path, refusal.reason)
+            with self._lock:
+                self.refused.append(refusal.reason)
+                del self.refused[:-20]
+            if refusal.budget:
+                self.fail(TurnFailed(refusal.reason))
+        elif method == "GET" or parts.path in wire.plain_paths:
+            with self._lock:
+                self._plain_calls += 1
+        return refusal
+
     def note_upstream_error(self, message: str) -> None:
         with self._lock:
             self.upstream_errors.append(message)
@@ -250,7 +303,8 @@ class _Handler:
         # Models are listed with the key the way the client sent its own.
         self.wire = ANTHROPIC if "x-api-key" in self.headers else RESPONSES
         if path.startswith("/v1/models") and self._api_authorized():
-            self._forward_plain("GET", b"")
+            if self._allowed("GET", None):
+                self._forward_plain("GET", b"")
         elif not path.startswith("/v1/models"):
             self._not_found()
 
@@ -261,12 +315,19 @@ class _Handler:
             if self._api_authorized():
                 self._model_call(body)
         elif path in _PLAIN_PATHS:
-            if self._api_authorized():
+            if self._api_authorized() and self._allowed("POST", _json_or_text(body)):
                 self._forward_plain("POST", body)
         elif path.startswith("/_dh/"):
             self._control(path.removeprefix("/_dh/"), body)
         else:
             self._not_found()
+
+    def _allowed(self, method: str, body: Any) -> bool:
+        """Whether the policy lets this plain request through (answered if not)."""
+        refusal = self.proxy.refusal(self.wire, method, self.path, dict(self.headers.items()), body)
+        if refusal is not None:
+            self._api_error(refusal.status, refusal.kind, refusal.message)
+        return refusal is None
 
     def _api_authorized(self) -> bool:
         presented = self.headers.get("x-api-key")
@@ -289,6 +350,10 @@ class _Handler:
             self._api_error(400, "invalid_request_error", f"request body is not JSON: {exc}")
             return
         stream = body.get("stream") is True
+        refusal = proxy.refusal(self.wire, "POST", self.path, dict(self.headers.items()), body)
+        if refusal is not None and not proxy.steps.recorded(self.path, dict(self.headers), body):
+            self._api_error(refusal.status, refusal.kind, refusal.message)
+            return
         try:
             if proxy.callbacks.on_request is not None:
                 proxy.callbacks.on_request(body)
@@ -307,6 +372,9 @@ class _Handler:
             if proxy.callbacks.on_message is not None:
                 proxy.callbacks.on_message(message_of(begun.value, self.wire), True)
             return
+        rewritten = forwarded(self.wire, body, proxy.policy)
+        if rewritten is not None:  # a provider-side tool the CLI always declares, taken out
+            raw = json.dumps(rewritten).encode()
         try:
             self._forward(key, begun, raw, stream)
         finally:
@@ -461,3 +529,11 @@ class _Handler:
 
     def _send_bytes(self, status: int, data: bytes, headers: dict[str, str]) -> None:
         self.exchange.send(status, data, headers)
+
+
+def _json_or_text(raw: bytes) -> Any:
+    """A request body as JSON (the policy refuses anything but an object)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")

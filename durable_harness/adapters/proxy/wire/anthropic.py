@@ -6,7 +6,55 @@ from __future__ import annotations
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import assemble_message, error_event, events_for_message
-from durable_harness.adapters.proxy.wire.base import WireFormat
+from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable
+
+#: What Claude Code, Pi and OpenCode send on the Messages API (logged from their e2e
+#: tests, docs/cli.md), and the plain sampling fields. Left out on purpose:
+#: ``service_tier`` (a pricier tier); every beta not seen sent, such as the ones that
+#: switch on provider-side tools, the Files API or Skills. ``mcp_servers`` (the provider
+#: connects to any URL) and ``container`` (code execution's state) pass only with those
+#: server tools enabled by the operator.
+TABLE = WireTable(
+    fields=frozenset(
+        [
+            "model",
+            "messages",
+            "system",
+            "max_tokens",
+            "metadata",
+            "stop_sequences",
+            "stream",
+            "temperature",
+            "top_k",
+            "top_p",
+            "tools",
+            "tool_choice",
+            "thinking",
+            "context_management",
+            "output_config",
+            "output_format",
+        ]
+    ),
+    token_fields=("max_tokens",),
+    # A client tool has no type, or "custom"; every other type is run by the provider
+    # (web_search_*, web_fetch_*, code_execution_*) or names a provider-defined schema
+    # (computer_*, bash_*, text_editor_*, memory_*) that no CLI here uses.
+    client_tools=frozenset({None, "custom"}),
+    query=frozenset({"beta"}),
+    server_fields={"mcp_servers": "mcp", "container": "code_execution"},
+    beta_header="anthropic-beta",
+    betas=frozenset(
+        [
+            "advanced-tool-use-2025-11-20",
+            "claude-code-20250219",
+            "context-management-2025-06-27",
+            "interleaved-thinking-2025-05-14",
+            "structured-outputs-2025-11-13",
+            "thinking-display-updates-2026-08-18",
+            "thinking-token-count-2026-05-13",
+        ]
+    ),
+)
 
 
 class AnthropicMessages(WireFormat):
@@ -14,6 +62,7 @@ class AnthropicMessages(WireFormat):
     path = "/v1/messages"
     plain_paths = ("/v1/messages/count_tokens",)
     final_event = "message_stop"
+    table = TABLE
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"x-api-key": api_key}

@@ -20,11 +20,47 @@ from __future__ import annotations
 
 import abc
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import SseEvent, parse_event
 
-__all__ = ["WireFormat"]
+__all__ = ["WireFormat", "WireTable"]
+
+
+@dataclass(frozen=True)
+class WireTable:
+    """What a CLI's model call of one API may hold: the allow-lists the proxy's policy
+    (:mod:`.proxy.policy`) checks before a request is journaled or forwarded. Anything
+    not named here is refused: a new field of an API is a feature someone must look at
+    (does it reach the network, read the account's data, cost more?) before it passes."""
+
+    #: Top-level request fields a model call may carry.
+    fields: frozenset[str]
+    #: The request fields that cap the answer's length (each checked against the ceiling).
+    token_fields: tuple[str, ...]
+    #: ``tools[i].type`` values of tools the client runs itself (``None``: no type given).
+    client_tools: frozenset[str | None]
+    #: Fields allowed only when false (``store``: nothing kept on the harness's account).
+    off_fields: frozenset[str] = frozenset()
+    #: A tool type that groups tools (each checked as a tool): Codex's ``namespace``.
+    group_tool: str | None = None
+    #: Provider-side tools a CLI declares in every request whatever it is told (Codex's
+    #: ``web_search``): unless the operator enabled them they are taken out of the
+    #: request forwarded upstream, instead of refusing the CLI's every call. The journal
+    #: key stays the one of the request the CLI sent.
+    stripped_tools: frozenset[str] = frozenset()
+    #: Query parameters the API's clients send (Claude Code: ``?beta=true``).
+    query: frozenset[str] = frozenset()
+    #: The header that switches on beta features, and the betas the CLIs send.
+    beta_header: str | None = None
+    betas: frozenset[str] = frozenset()
+    #: Request fields that are provider-side tools -> the server tool family (as the
+    #: operator enables it) they belong to.
+    server_fields: Mapping[str, str] = field(default_factory=dict)
+    #: Headers that select another account scope for the harness's key.
+    refused_headers: frozenset[str] = frozenset()
 
 
 class WireFormat(abc.ABC):
@@ -39,6 +75,8 @@ class WireFormat(abc.ABC):
     final_event: str
     #: Events that end a stream as a failure: passed on, never recorded.
     error_events: frozenset[str] = frozenset({"error"})
+    #: What a request of this API may hold (:mod:`.proxy.policy`).
+    table: WireTable
 
     def parse_event(self, raw: str) -> SseEvent | None:
         """The event in ``raw`` (None for a keep-alive); MalformedStream if it is none."""

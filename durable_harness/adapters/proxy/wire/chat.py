@@ -25,10 +25,46 @@ import json
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import MalformedStream, SseEvent, text_pieces
-from durable_harness.adapters.proxy.wire.base import WireFormat, content_text
+from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable, content_text
 from durable_harness.core.canonical import dumps_compact
 
 __all__ = ["CHAT", "OpenAIChatCompletions", "assemble_completion"]
+
+#: What OpenCode and Pi send on Chat Completions (logged from their e2e tests), and the
+#: plain sampling fields. Left out on purpose: ``audio``/``modalities``, ``prediction``,
+#: ``metadata`` and a true ``store`` (completions stored on the harness's account),
+#: ``service_tier``, ``n`` (one answer per call is what the journal records);
+#: ``web_search_options`` is a provider-side search.
+TABLE = WireTable(
+    fields=frozenset(
+        [
+            "model",
+            "messages",
+            "store",
+            "tools",
+            "tool_choice",
+            "stream",
+            "stream_options",
+            "max_tokens",
+            "max_completion_tokens",
+            "temperature",
+            "top_p",
+            "stop",
+            "parallel_tool_calls",
+            "reasoning_effort",
+            "response_format",
+            "seed",
+            "frequency_penalty",
+            "presence_penalty",
+            "user",
+        ]
+    ),
+    token_fields=("max_tokens", "max_completion_tokens"),
+    client_tools=frozenset({"function"}),
+    off_fields=frozenset({"store"}),
+    server_fields={"web_search_options": "web_search"},
+    refused_headers=frozenset({"openai-organization", "openai-project"}),
+)
 
 DONE = "[DONE]"
 CHUNK = "chat.completion.chunk"
@@ -39,6 +75,7 @@ class OpenAIChatCompletions(WireFormat):
     path = "/v1/chat/completions"
     final_event = DONE
     error_events = frozenset({"error"})
+    table = TABLE
 
     def parse_event(self, raw: str) -> SseEvent | None:
         data_lines = [

@@ -15,7 +15,44 @@ import json
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import sse_frame, text_pieces
-from durable_harness.adapters.proxy.wire.base import WireFormat, content_text
+from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable, content_text
+
+#: What Codex and Pi send on the Responses API (logged from their e2e tests), and the
+#: plain sampling fields. Left out on purpose: ``previous_response_id``, ``conversation``
+#: and ``prompt`` (they read state stored on the harness's account), ``background`` (an
+#: answer fetched later, outside the journal), ``service_tier``; tools the provider runs
+#: (web_search*, file_search, code_interpreter, computer_use*, image_generation, mcp,
+#: local_shell...). Codex 0.171 declares ``web_search`` in every request: stripped.
+TABLE = WireTable(
+    fields=frozenset(
+        [
+            "model",
+            "input",
+            "instructions",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "reasoning",
+            "store",
+            "stream",
+            "include",
+            "prompt_cache_key",
+            "text",
+            "max_output_tokens",
+            "temperature",
+            "top_p",
+            "client_metadata",
+            "truncation",
+            "stream_options",
+        ]
+    ),
+    token_fields=("max_output_tokens",),
+    client_tools=frozenset({"function", "custom"}),
+    off_fields=frozenset({"store"}),
+    group_tool="namespace",
+    stripped_tools=frozenset({"web_search"}),
+    refused_headers=frozenset({"openai-organization", "openai-project"}),
+)
 
 __all__ = ["RESPONSES", "OpenAIResponses"]
 
@@ -25,6 +62,7 @@ class OpenAIResponses(WireFormat):
     path = "/v1/responses"
     final_event = "response.completed"
     error_events = frozenset({"error", "response.failed"})
+    table = TABLE
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"}
