@@ -8,6 +8,7 @@ with ``raise WorldError(...) from exc`` so callers never catch a driver's except
 
     DurableHarnessError
     ├── ConfigError             bad flag, unknown agent/World, bad URL, missing API key
+    │   └── TurnRefused         a turn asks for more than the worker's operator allows
     ├── ToolDefinitionError     a tool without a replay label, bad schema, unreadable tools file
     ├── ReplayDivergence        the replayed step differs from the recorded one (invariant 6)
     ├── WorldError              a storage/queue backend failed
@@ -36,6 +37,11 @@ class DurableHarnessError(Exception):
 
 class ConfigError(DurableHarnessError):
     """Bad configuration given by the user: flags, environment, files."""
+
+
+class TurnRefused(ConfigError):
+    """A turn's stored configuration asks for more than the claiming worker's operator
+    allows (an endpoint, tools, a workspace, a limit): failed at claim, nothing run."""
 
 
 class ToolDefinitionError(DurableHarnessError):
