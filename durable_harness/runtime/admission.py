@@ -23,7 +23,7 @@ before anything of the turn is imported or run:
 :func:`admit` gives the effective configuration (tool set names resolved to their files,
 the workspace resolved, every limit filled in) or raises :class:`TurnRefused` naming
 every field that asks for more. A field a later version adds to :class:`TurnConfig`
-gets its check here too (``tests/runtime/test_admission.py`` fails until it has one).
+gets its check here too (``tests/security/test_admission.py`` fails until it has one).
 
 What the person running ``durable-harness run`` (or the Python API's ``run_turn`` /
 ``enqueue_turn``) types is the operator's own choice: :func:`grant` records it for this
