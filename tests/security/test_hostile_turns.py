@@ -193,16 +193,16 @@ def test_hostile_turns_are_failed_at_claim_and_nothing_leaves(
             "DURABLE_HARNESS_POSTGRES_URL": url,
             "DURABLE_HARNESS_POLL_SECONDS": "0.1",
             "DURABLE_HARNESS_DEMO_LEDGER": str(ledger),
-            # The operator's policy: its own endpoints and key, one tool set, one root.
+            # The operator's policy: its own endpoints and key, one root (and one tool set,
+            # given as the worker's flag below).
             "ANTHROPIC_BASE_URL": model.url,
             "ANTHROPIC_API_KEY": WORKER_KEY,
             "OPENAI_BASE_URL": model.url,
             "OPENAI_API_KEY": WORKER_KEY,
-            "DURABLE_HARNESS_TOOL_SETS": f"demo={DEMO / 'tools.py'}",
             "DURABLE_HARNESS_WORKSPACE_ROOTS": str(root),
         }
         started = time.monotonic()
-        worker = cli(env, "worker", "--until-idle")
+        worker = cli(env, "worker", "--until-idle", "--tool-set", f"demo={DEMO / 'tools.py'}")
         took = time.monotonic() - started
         assert worker.returncode == 0, worker.stderr
         assert "drove 12 turn(s)" in worker.stderr, worker.stderr
