@@ -202,6 +202,7 @@ def redelivery(pg: PostgresServer, lease: float, kills: int, tmp: Path) -> dict[
             "DURABLE_HARNESS_MAX_ATTEMPTS": str(kills + 5),
             "SLOW_TOOL_RUNS": str(tmp / "runs.txt"),
             "SLOW_TOOL_SECONDS": "3600",  # the turn runs until its worker is killed
+            "DURABLE_HARNESS_TOOL_SETS": str(FIXTURES / "slow_tools.py"),  # the workers run it
         }
         env.pop("ANTHROPIC_API_KEY", None)
         run = [sys.executable, "-m", "durable_harness.cli"]

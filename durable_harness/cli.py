@@ -46,6 +46,36 @@ def _world_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _policy_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "policy over stored turns (docs/configuration.md): a turn may choose among these, "
+        "never widen them"
+    )
+    g.add_argument(
+        "--tool-set",
+        action="append",
+        dest="tool_sets",
+        metavar="NAME=FILE.py[:LIST]",
+        help="a host tool set turns may name (repeatable); env DURABLE_HARNESS_TOOL_SETS",
+    )
+    g.add_argument(
+        "--allowed-base-url",
+        action="append",
+        dest="allowed_base_urls",
+        metavar="URL",
+        help="a model endpoint turns may name besides this worker's own (repeatable); "
+        "env DURABLE_HARNESS_ALLOWED_BASE_URLS",
+    )
+    g.add_argument(
+        "--workspace-root",
+        action="append",
+        dest="workspace_roots",
+        metavar="DIR",
+        help="a folder host-folder workspaces must be in (repeatable); "
+        "env DURABLE_HARNESS_WORKSPACE_ROOTS",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="durable-harness",
@@ -73,8 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--tools",
         action="append",
         default=[],
-        metavar="FILE.py:NAME",
-        help="host tools: NAME is a list of tools in FILE.py (repeatable)",
+        metavar="FILE.py:NAME|SET",
+        help="host tools: NAME is a list of tools in FILE.py, or SET a tool set registered "
+        "with DURABLE_HARNESS_TOOL_SETS (repeatable); a file given here may run in this "
+        "process, a worker elsewhere runs it only if its operator registered it",
     )
     run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
     run.add_argument(
@@ -83,7 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the agent's options (CLI agents: replay labels, see docs/claude-code.md)",
     )
     run.add_argument("--model", help="model name (env DURABLE_HARNESS_MODEL)")
-    run.add_argument("--base-url", help="model endpoint (default: env ANTHROPIC_BASE_URL)")
+    run.add_argument(
+        "--base-url",
+        help="model endpoint (default: env ANTHROPIC_BASE_URL); a worker elsewhere runs the "
+        "turn only if it is its own or in its DURABLE_HARNESS_ALLOWED_BASE_URLS",
+    )
     run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
     run.add_argument("--max-bytes", type=int, help="virtual workspace byte cap (default 10 MiB)")
     run.add_argument(
@@ -100,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--max-turns", type=int, help="exit after driving this many turns")
     worker.add_argument("--quiet", "-q", action="store_true")
     _world_flags(worker)
+    _policy_flags(worker)
 
     resume = sub.add_parser("resume", help="finish one turn here")
     resume.add_argument("turn", metavar="TURN")
@@ -110,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("--quiet", "-q", action="store_true")
     _world_flags(resume)
+    _policy_flags(resume)
 
     replay = sub.add_parser(
         "replay", help="re-run a finished turn from its journal alone (0 model calls)"
@@ -201,6 +239,9 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
         world=getattr(args, "world", None),
         data_dir=getattr(args, "data_dir", None),
         lease_seconds=getattr(args, "lease_seconds", None),
+        tool_sets=getattr(args, "tool_sets", None),
+        allowed_base_urls=getattr(args, "allowed_base_urls", None),
+        workspace_roots=getattr(args, "workspace_roots", None),
         **extra,
     )
 
@@ -227,6 +268,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from durable_harness.adapters import read_agent_config
 
         config["agent_config"] = read_agent_config(args.agent_config)
+    from durable_harness.runtime.admission import grant
+
+    grant(config)  # typed here by the operator: this process may run it
     with open_configured(settings) as world:
         turn = start_turn(
             world, settings, args.prompt, config, args.session, queue_behind=args.detach

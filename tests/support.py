@@ -22,6 +22,20 @@ from durable_harness.testing.fake_model import FakeModelServer
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "durable_harness" / "testing" / "demo"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+#: The tests' operator policy over stored turns (runtime/admission.py): the tools files
+#: the tests' turns name, the safe_bash patterns of their agent configs.
+TOOL_FILES = json.dumps(sorted(str(p) for p in [DEMO / "tools.py", *FIXTURES.glob("*_tools.py")]))
+SAFE_BASH = json.dumps(["cat *", "ls", "ls *"])
+
+
+def operator_policy(workspace_root: Path) -> dict[str, str]:
+    """The environment that lets the tests' workers run the turns the tests enqueue (a
+    worker in another process than ``run`` follows its operator's policy, not the turn)."""
+    return {
+        "DURABLE_HARNESS_TOOL_SETS": TOOL_FILES,
+        "DURABLE_HARNESS_SAFE_BASH": SAFE_BASH,
+        "DURABLE_HARNESS_WORKSPACE_ROOTS": str(workspace_root),
+    }
 
 
 @dataclass
@@ -91,6 +105,7 @@ def make_harness(tmp: Path, script: Path, lease: str = "1") -> Iterator[Harness]
             "DURABLE_HARNESS_LEASE_SECONDS": lease,
             "DURABLE_HARNESS_POLL_SECONDS": "0.1",
             "DURABLE_HARNESS_DEMO_LEDGER": str(tmp / "ledger.txt"),
+            **operator_policy(tmp),
         }
         yield Harness(tmp, server, log, env)
 

@@ -8,6 +8,7 @@ with ``raise WorldError(...) from exc`` so callers never catch a driver's except
 
     DurableHarnessError
     ├── ConfigError             bad flag, unknown agent/World, bad URL, missing API key
+    │   └── TurnRefused         a turn asks for more than the worker's operator allows
     ├── ToolDefinitionError     a tool without a replay label, bad schema, unreadable tools file
     ├── ToolExited              a host tool raised SystemExit, KeyboardInterrupt or another
     │                           BaseException: its call's failure, never the worker's exit
@@ -38,6 +39,11 @@ class DurableHarnessError(Exception):
 
 class ConfigError(DurableHarnessError):
     """Bad configuration given by the user: flags, environment, files."""
+
+
+class TurnRefused(ConfigError):
+    """A turn's stored configuration asks for more than the claiming worker's operator
+    allows (an endpoint, tools, a workspace, a limit): failed at claim, nothing run."""
 
 
 class ToolDefinitionError(DurableHarnessError):

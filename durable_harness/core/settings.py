@@ -11,14 +11,29 @@ World is opened. A bad value is one :class:`ConfigError` naming the variable and
 from __future__ import annotations
 
 import abc
+import json
 from typing import Annotated, Any, Self
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from durable_harness.core.errors import ConfigError
 
 ENV_PREFIX = "DURABLE_HARNESS_"
+
+
+def _split_list(value: Any) -> Any:
+    """A list setting from its variable: a JSON list, or items separated by commas."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+#: A list of strings read as ``a,b,c`` or as a JSON list (for items that hold commas).
+ListSetting = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_list)]
 
 
 class EnvSettings(BaseSettings):
@@ -64,19 +79,26 @@ class Settings(EnvSettings):
     # What the journaling proxy forwards with the harness's key (adapters/proxy/policy.py):
     # models besides the turn's, provider-side tool families and betas the operator
     # allows (comma-separated), the ceiling on max_tokens, unjournaled calls per launch.
-    proxy_extra_models: Annotated[tuple[str, ...], NoDecode] = ()
-    proxy_server_tools: Annotated[tuple[str, ...], NoDecode] = ()
-    proxy_extra_betas: Annotated[tuple[str, ...], NoDecode] = ()
+    proxy_extra_models: ListSetting = ()
+    proxy_server_tools: ListSetting = ()
+    proxy_extra_betas: ListSetting = ()
     proxy_max_tokens: int = 128_000
     proxy_max_plain_calls: int = 200
+    # -- the operator's policy over turns (runtime/admission.py): what a turn stored in
+    # the World may choose among; the max_* above are its ceilings.
+    #: Model endpoints a turn's base_url may name, besides the worker's own
+    #: (ANTHROPIC_BASE_URL, OPENAI_BASE_URL): the worker's key goes there.
+    allowed_base_urls: ListSetting = ()
+    #: Host tool files a turn may load: ``name=/path/tools.py[:LIST]`` (a turn names the
+    #: set) or ``/path/tools.py`` (a ``path:LIST`` spec stored with a turn may name it).
+    tool_sets: ListSetting = ()
+    #: Folders a host-folder workspace must be in (symlinks followed).
+    workspace_roots: ListSetting = ()
+    #: Tools (of the CLI agents) a turn's agent config may label ``safe``.
+    safe_tools: ListSetting = ()
+    #: Shell patterns a turn's agent config may list in ``[replay] safe_bash``.
+    safe_bash: ListSetting = ()
     _world_flags: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @field_validator("proxy_extra_models", "proxy_server_tools", "proxy_extra_betas", mode="before")
-    @classmethod
-    def _comma_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
 
     @classmethod
     def load(cls, **overrides: Any) -> Self:

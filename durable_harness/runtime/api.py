@@ -29,6 +29,7 @@ from durable_harness.core.settings import Settings
 from durable_harness.core.types import Replay, Turn
 from durable_harness.core.world import World
 from durable_harness.harness.tools import ToolContext, tool
+from durable_harness.runtime.admission import grant
 from durable_harness.runtime.custom_turn import JournaledTurn, ToolResult, journaled_turn
 from durable_harness.runtime.turns import claim_for_resume, make_worker, start_turn, turn_config
 from durable_harness.worlds import open_configured
@@ -192,4 +193,7 @@ def _config(
     )
     if agent_config is not None:
         config["agent_config"] = dict(agent_config)
+    # The caller is this process's operator: what it passes, a worker here may run (a
+    # worker elsewhere needs its own operator's settings for it: runtime/admission.py).
+    grant(config)
     return config

@@ -7,6 +7,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import UNFINISHED, Lease, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, StepEvent
+from durable_harness.runtime.admission import admit
 from durable_harness.runtime.worker import Worker
 
 
@@ -63,14 +65,16 @@ def start_turn(
     *,
     queue_behind: bool = False,
 ) -> Turn:
-    """Check the configuration, then create (or extend) the session and enqueue a turn.
+    """Check the configuration (against this process's own policy too, so a turn its
+    workers would refuse fails here), then create (or extend) the session and enqueue a
+    turn.
 
     Turns of a session run in order. With ``queue_behind`` a turn may be added while an
     earlier one is unfinished (workers park it until that one ends); without, that is an
     error, since the caller means to drive the new turn now."""
     if not prompt.strip():
         raise ConfigError("the prompt is empty: say what the agent should do")
-    get_adapter(str(config["agent"])).check(config, settings)
+    get_adapter(str(config["agent"])).check(admit(config, settings).config, settings)
     if session_id is not None:
         world.get_session(session_id)
         unfinished = [t for t in world.list_turns(session_id) if t.status in UNFINISHED]
@@ -165,6 +169,8 @@ def replay_turn(world: World, settings: Settings, turn_id: str) -> tuple[str, in
             f"(`durable-harness resume {turn_id}` finishes it)"
         )
     lease = Lease(turn_id, turn.session_id, "replay", turn.epoch, turn.attempts, float("inf"))
+    # Nothing is called, but the adapter imports the turn's tools: the same admission.
+    turn = replace(turn, config=admit(turn.config, settings).config)
     journal = Journal(world, lease, replay_only=True)
     reply = get_adapter(str(turn.config["agent"])).run_turn(TurnRun(world, turn, journal, settings))
     return reply, journal.replayed

@@ -4,8 +4,10 @@ A turn is driven under a renewed lease. How a turn ends decides what the queue d
 
 * the adapter returns a reply -> ``complete_turn``;
 * the lease was lost (another worker fenced us out) -> nothing: the turn is theirs;
-* a permanent error (divergence, bad configuration, an agent that cannot finish) ->
-  ``fail_turn`` with the message;
+* a permanent error (divergence, bad configuration, an agent that cannot finish, a turn
+  that asks for more than this worker's operator allows: :mod:`.runtime.admission`,
+  checked before anything of the turn is imported or run) -> ``fail_turn`` with the
+  message;
 * anything else (model endpoint down, a crash in our code) -> ``release`` with a backoff;
   the World dead-letters the turn after ``max_attempts`` deliveries.
 """
@@ -17,6 +19,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from durable_harness.adapters import get_adapter
 from durable_harness.adapters.base import TurnRun
@@ -36,6 +39,7 @@ from durable_harness.core.world import World
 from durable_harness.harness.crash import CrashPlan
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.harness.lease import LeaseKeeper
+from durable_harness.runtime.admission import admit
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +96,17 @@ class Worker:
         )
         with LeaseKeeper(self.world, lease, self.settings.lease_seconds) as keeper:
             try:
+                # The stored turn is data from whoever enqueued it: checked against this
+                # worker's policy first; the adapter sees only the admitted configuration.
+                admitted = admit(turn.config, self.settings)
+                turn = replace(turn, config=admitted.config)
                 adapter = get_adapter(str(turn.config.get("agent", "builtin")))
-                budget = turn.config.get("max_model_calls", self.settings.max_model_calls)
                 journal = Journal(
                     self.world,
                     lease,
                     crash=self.crash,
                     on_step=self._on_step(keeper),
-                    max_model_calls=int(budget),
+                    max_model_calls=admitted.max_model_calls,
                 )
                 reply = adapter.run_turn(TurnRun(self.world, turn, journal, self.settings))
                 keeper.check()

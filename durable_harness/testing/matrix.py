@@ -93,6 +93,9 @@ class _Run:
                 "DURABLE_HARNESS_DATA_DIR": str(folder / "world"),
                 "DURABLE_HARNESS_LEASE_SECONDS": "1",
                 "DURABLE_HARNESS_POLL_SECONDS": "0.1",
+                # The resuming process runs the turn's tools files only if its operator
+                # registered them (runtime/admission.py): the ones given to the matrix.
+                "DURABLE_HARNESS_TOOL_SETS": json.dumps(self.tools),
             }
             env.pop("DURABLE_HARNESS_CRASH_AT", None)
             tool_args = [a for spec in self.tools for a in ("--tools", spec)]

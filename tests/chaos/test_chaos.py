@@ -39,11 +39,12 @@ from typing import Any
 import postgres_server
 import pytest
 import services_s3
-from support import FIXTURES
+from support import FIXTURES, operator_policy
 
 from durable_harness.core.settings import Settings
 from durable_harness.core.types import StepStatus, TurnStatus
 from durable_harness.core.world import World
+from durable_harness.runtime.admission import grant
 from durable_harness.runtime.turns import start_turn, turn_config
 from durable_harness.testing.fake_model import FakeModelServer
 from durable_harness.worlds import open_world
@@ -176,6 +177,7 @@ def test_chaos(backend_name: str, tmp_path: Path) -> None:
             # Redeliveries caused by the kills must not dead-letter a turn.
             "DURABLE_HARNESS_MAX_ATTEMPTS": "20",
             "CHAOS_LEDGER": str(ledger),
+            **operator_policy(tmp_path),
         }
         clean = cli(env, "run", "-q", "--tools", CHAOS_TOOLS, CLEAN_PROMPT)
         assert clean.returncode == 0, clean.stderr
@@ -224,6 +226,7 @@ def create_turns(world: World, env: dict[str, str], n: int) -> list[str]:
         base_url=env["ANTHROPIC_BASE_URL"],
         settings=settings,
     )
+    grant(config)  # this test enqueues as its operator, as `run --detach` would
     return [
         start_turn(world, settings, f"chaos job {i}: send the report once.", config).turn_id
         for i in range(n)

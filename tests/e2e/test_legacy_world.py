@@ -138,6 +138,10 @@ class Run:
             "ANTHROPIC_BASE_URL": self.model.url,
             "OPENAI_BASE_URL": self.model.url,
             "LEGACY_NOTIFY_LEDGER": str(self.ledger),
+            # The worker's operator registers the tools file the old turns name by path,
+            # and allows the safe_bash patterns of their agent config (runtime/admission.py).
+            "DURABLE_HARNESS_TOOL_SETS": str(FIXTURE / "tools.py"),
+            "DURABLE_HARNESS_SAFE_BASH": json.dumps(["cat *", "ls", "ls *"]),
         }
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

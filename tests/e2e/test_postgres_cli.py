@@ -17,6 +17,7 @@ from support import FIXTURES, Harness, make_harness
 
 from durable_harness.core.settings import Settings
 from durable_harness.core.types import TurnStatus
+from durable_harness.runtime.admission import grant
 from durable_harness.runtime.turns import start_turn, turn_config
 from durable_harness.worlds.postgres import PostgresWorld, sql
 
@@ -171,6 +172,7 @@ def test_an_idle_worker_takes_a_new_turn_within_100_ms(slow: Harness) -> None:
         base_url=slow.env["ANTHROPIC_BASE_URL"],
         settings=settings,
     )
+    grant(config)  # this test enqueues as its operator, as `run` would
     latencies = []
     try:
         with PostgresWorld(slow.env["DURABLE_HARNESS_POSTGRES_URL"]) as world:

@@ -54,6 +54,9 @@ def run_demo(data_dir: str | None, crash_at: str | None) -> int:
             "DURABLE_HARNESS_DATA_DIR": str(root / "world"),
             "DURABLE_HARNESS_LEASE_SECONDS": LEASE_SECONDS,
             "DURABLE_HARNESS_DEMO_LEDGER": str(ledger),
+            # The resuming worker runs a turn's tools file only if its operator registered
+            # it: the turn is data from the World, the worker's settings are the policy.
+            "DURABLE_HARNESS_TOOL_SETS": str(tools),
         }
         env.pop("ANTHROPIC_API_KEY", None)  # the demo never needs a provider key
         print(f"durable-harness demo (World: {root / 'world'}, fake model: {server.url})\n")
