@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proxy_cases import WIRES, Rig, WireCase, open_rig
+from proxy_cases import RESPONSES_CASE, WIRES, Rig, WireCase, open_rig
 
 from durable_harness.adapters.cli.ledger import ToolLedger
 from durable_harness.harness.journal import Journal
@@ -52,3 +52,20 @@ def test_a_served_tool_use_is_in_the_ledger_and_nothing_else(
     fresh = ToolLedger(Journal(rig.world, rig.journal.lease))
     assert fresh.find(call_id) == use
     assert fresh.claim(call_id)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_responses_call_is_one_call_under_both_its_ids(tmp_path: Path, stream: bool) -> None:
+    """Pi presents a Responses call as ``<call_id>|<item id>``, Codex by its ``call_id``:
+    the ledger knows both, and they share one claim, so neither id runs it again."""
+    with open_rig(tmp_path, RESPONSES_CASE) as rig:
+        rig.ask("use a tool", stream=stream)
+        ledger = ToolLedger(rig.journal)
+        (step,) = rig.steps()
+        (call_id,) = step.meta["tool_use_ids"]
+        use = ledger.find(call_id)
+        assert use is not None and use.alias is not None
+        assert use.alias.startswith(f"{call_id}|") and ledger.find(use.alias) == use
+        assert ledger.same_call(use.alias) == {call_id, use.alias}
+        assert ledger.claim(use.alias) and not ledger.claim(call_id)
+        assert ledger.find(f"{call_id}|made-up") is None

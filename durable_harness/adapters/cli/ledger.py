@@ -50,6 +50,7 @@ class ToolUse:
     id: str
     name: str  # as the model named it (Responses: ``namespace__name``)
     input: Any  # the parsed input (a Responses/Chat ``arguments`` string decoded)
+    alias: str | None = None  # the same call's other id (see :meth:`ToolLedger.same_call`)
 
     @property
     def canonical(self) -> str:
@@ -64,6 +65,9 @@ class ToolLedger:
         self._uses: dict[str, ToolUse] = {}
         self._read: set[tuple[int, str]] = set()  # model steps already read (seq, key)
         self._claimed: set[str] = set()
+        #: Each id to the ids of the same call (a Responses call is known by its
+        #: ``call_id`` and, to Pi, as ``<call_id>|<item id>``): one claim for them all.
+        self._same: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
 
     def find(self, tool_use_id: str) -> ToolUse | None:
@@ -98,12 +102,20 @@ class ToolLedger:
         return None
 
     def claim(self, tool_use_id: str) -> bool:
-        """True the first time ``tool_use_id`` is claimed in this worker, False after."""
+        """True the first time ``tool_use_id`` (or another id of the same call) is claimed
+        in this worker, False after."""
         with self._lock:
-            if tool_use_id in self._claimed:
+            ids = self._same.get(tool_use_id, frozenset({tool_use_id}))
+            if ids & self._claimed:
                 return False
-            self._claimed.add(tool_use_id)
+            self._claimed |= ids
             return True
+
+    def same_call(self, tool_use_id: str) -> frozenset[str]:
+        """Every id under which the model's call ``tool_use_id`` may be presented (itself
+        included): a step journaled under any of them is this call's."""
+        with self._lock:
+            return self._same.get(tool_use_id, frozenset({tool_use_id}))
 
     def _refresh(self) -> None:
         for step in list(self.journal.recorded.values()):
@@ -115,6 +127,9 @@ class ToolLedger:
             value = decode_output(self.journal.world, step)
             for use in tool_uses_of(value):
                 self._uses.setdefault(use.id, use)
+                if use.alias:
+                    self._uses.setdefault(use.alias, use)
+                    self._same[use.id] = self._same[use.alias] = frozenset({use.id, use.alias})
 
 
 def tool_uses_of(recorded: Any) -> list[ToolUse]:
@@ -150,7 +165,10 @@ def _uses_in(message: Any) -> Iterable[ToolUse]:
             if item.get("namespace"):
                 name = f"{item['namespace']}__{name}"
             raw = item.get("arguments") if "arguments" in item else item.get("input")
-            yield ToolUse(str(item["call_id"]), name, _arguments(raw))
+            # Pi names a Responses tool call ``<call_id>|<item id>`` (pi-ai's
+            # openai-responses provider), Codex by its ``call_id``: one call, two ids.
+            alias = f"{item['call_id']}|{item['id']}" if item.get("id") else None
+            yield ToolUse(str(item["call_id"]), name, _arguments(raw), alias)
     for choice in _dicts(message.get("choices")):  # OpenAI Chat Completions
         for call in _dicts((choice.get("message") or {}).get("tool_calls")):
             function = call.get("function") or {}

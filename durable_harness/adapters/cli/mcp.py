@@ -113,6 +113,9 @@ class HostToolServer:
                 return _result(refused, True)
             if not self.ledger.claim(tool_use_id):
                 return self._again(tool_use_id)
+            for other in sorted(self.ledger.same_call(tool_use_id) - {tool_use_id}):
+                if self.journal.lookup(tool_key(other)) is not None:
+                    return self._again(other)  # journaled (maybe by another worker) as that
         begun = self.journal.begin_keyed(
             kind="tool",
             name=name,
