@@ -145,7 +145,7 @@ def refuse_unknown_options(world: str, options: dict[str, Any]) -> None:
 
 class ListenerSettings(EnvSettings):
     """The limits every HTTP listener of the harness applies (the journaling proxy, the
-    signal server, the fake model; ``harness/listener.py``): the operator's, never the
+    signal server, the fake model; ``harness/listener/``): the operator's, never the
     client's. ``DURABLE_HARNESS_LISTENER_*``."""
 
     #: A request body larger than this is refused (413) before it is read further.
