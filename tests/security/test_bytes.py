@@ -135,7 +135,9 @@ def _post(proxy: JournalingProxy, text: str, stream: bool) -> bytes:
 
 def _through_proxy(world: World, journal: Journal, fake: FakeModelServer) -> dict[str, bytes]:
     upstream = Upstream(fake.url, "provider-key", send_key=True)
-    with JournalingProxy(journal, ClaudeCodeCanonicalizer(), upstream, TOKEN) as proxy:
+    with JournalingProxy(
+        journal, ClaudeCodeCanonicalizer(), upstream, TOKEN, models=("claude-sonnet-4-5",)
+    ) as proxy:
         return {
             f"{text}-{'stream' if stream else 'json'}": _post(proxy, text, stream)
             for text in ("surrogate", "raw")
