@@ -240,6 +240,8 @@ class CliLauncher:
             wires=spec.wires(ctx) if spec.wires else (ANTHROPIC.path,),
             policy=policy_of(run.settings),
         )
+        # A tool use may be asked for before its answer is recorded: the ledger waits it out.
+        self.ledger.settle = proxy.steps.wait_idle
         output = spec.output(ctx)
         stop_mode = spec.waits == "stop"
         with proxy:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,10 @@ class ToolUse:
         return _canonical(self.input)
 
 
+#: The longest a hook or host-tool call waits for a model answer still streaming.
+SETTLE_SECONDS = 300.0
+
+
 class ToolLedger:
     """This turn's model-made tool uses, read from the journal (see the module docstring)."""
 
@@ -69,9 +73,24 @@ class ToolLedger:
         #: ``call_id`` and, to Pi, as ``<call_id>|<item id>``): one claim for them all.
         self._same: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
+        #: Waits (up to the seconds given) for the model calls in flight to end; set by
+        #: each launch to its proxy's (None: nothing streams, recorded is all there is).
+        self.settle: Callable[[float], None] | None = None
 
     def find(self, tool_use_id: str) -> ToolUse | None:
-        """The model's tool use with this id, or None if no recorded response has it."""
+        """The model's tool use with this id, or None if no recorded response has it.
+
+        A CLI may run a tool as soon as its block has streamed (Claude Code does), before
+        the answer ends and is recorded: an id not found yet is looked for again once the
+        model calls in flight have ended (:attr:`settle`, the launch's proxy)."""
+        use = self._find_recorded(tool_use_id)
+        settle = self.settle
+        if use is None and settle is not None:
+            settle(SETTLE_SECONDS)
+            use = self._find_recorded(tool_use_id)
+        return use
+
+    def _find_recorded(self, tool_use_id: str) -> ToolUse | None:
         with self._lock:
             use = self._uses.get(tool_use_id)
             if use is None:

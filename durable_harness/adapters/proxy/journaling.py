@@ -103,6 +103,15 @@ class ModelSteps:
             self.finished(key)
         return key, begun
 
+    def wait_idle(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` seconds) until the model calls in flight now have ended:
+        their outcomes are then in the journal, or they failed."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            running = list(self._inflight.values())
+        for event in running:
+            event.wait(max(deadline - time.monotonic(), 0.0))
+
     def finished(self, key: str) -> None:
         with self._lock:
             event = self._inflight.pop(key, None)
