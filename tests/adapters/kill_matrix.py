@@ -130,7 +130,7 @@ def kill_and_resume(
     turn_id = turn_line.split()[1]
     session = session_line.split()[1] if where == "docker" else None
     shell = next(iter(cli.effects.values()))
-    below = _kill_when(h, proc, point, cli, lambda: shell(h, session) == 1)
+    below = _kill_when(h, proc, point, cli, lambda: shell(h, session) == 1, turn_id)
 
     # Nothing of the killed launch survives it on the host: not the CLI, not its sleep.
     gone = lambda: not alive(below) and not cli.launches(h.tmp)  # noqa: E731
@@ -190,6 +190,7 @@ def _kill_when(
     point: Point,
     cli: Cli,
     tool_started: Callable[[], bool],
+    turn_id: str,
 ) -> list[int]:
     """Kill the worker (and its CLI's group) at ``point``; returns pids that were below it."""
     if point.crash_at is not None:
@@ -201,12 +202,26 @@ def _kill_when(
         ready = lambda: any(r["rule"] == "bash" for r in h.requests())  # noqa: E731
     else:
         ready = tool_started
-    wait_for(ready, cli.timeout, what=f"{point.name} to begin")
+    try:
+        wait_for(ready, cli.timeout, what=f"{point.name} to begin")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_what_happened(h, proc, turn_id)}") from None
     time.sleep(0.8)  # well inside the stream (~3 s) or the command's sleep
     assert proc.poll() is None, "the worker finished before it could be killed"
     below = cli.kill(proc.pid)
     proc.wait(timeout=10)
     return below
+
+
+def _what_happened(h: Harness, proc: subprocess.Popen[str], turn_id: str) -> str:
+    """What a point that never began leaves to read: the worker's stderr (it is stopped
+    first), the turn's steps and the rules the fake model answered."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, 9)
+    _, stderr = proc.communicate(timeout=10)
+    steps = h.cli("show", turn_id)
+    rules = [r.get("rule") for r in h.requests()]
+    return f"worker stderr:\n{stderr[-4000:]}\nsteps:\n{steps.stdout}\nmodel rules: {rules}"
 
 
 def run_point(

@@ -53,7 +53,7 @@ _JOB = """
 h={home}
 node "$h/{bridge}" {socket} {port} "$h/bridge.ready" 2>>"$h/bridge.log" &
 b=$!
-for _ in $(seq 200); do
+for _ in $(seq 1200); do  # 60 s: node starts slowly on a loaded machine
   [ -e "$h/bridge.ready" ] && break
   kill -0 "$b" 2>/dev/null || break
   sleep 0.05
