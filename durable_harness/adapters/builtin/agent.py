@@ -199,8 +199,9 @@ class BuiltinAdapter(Adapter):
     name = "builtin"
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
-        resolve_endpoint(config.get("base_url"))
-        load_user_tools(config.get("tools", []), [*WORKSPACE_TOOL_NAMES, *WAIT_TOOL_NAMES])
+        turn = TurnConfig.of(config)
+        resolve_endpoint(turn.base_url)
+        load_user_tools(turn.tools, [*WORKSPACE_TOOL_NAMES, *WAIT_TOOL_NAMES])
         open_turn_sandbox(config, settings).close()
 
     def run_turn(self, run: TurnRun) -> str:
@@ -221,14 +222,16 @@ class _Loop:
         self.journal: Journal = run.journal
         self.sandbox = sandbox
         self.snapshots = SnapshotStore(run.world)
-        config = run.config
+        turn, settings = TurnConfig.of(run.config), run.settings
         tools = workspace_tools(sandbox) + wait_tools(run.world, run.journal)
-        tools += load_user_tools(config.get("tools", []), [t.name for t in tools])
+        tools += load_user_tools(turn.tools, [t.name for t in tools])
         self.tools = {t.name: t for t in tools}
-        self.model = str(config.get("model") or run.settings.model)
-        self.max_tokens = int(config.get("max_tokens", run.settings.max_tokens))
-        self.max_calls = int(config.get("max_model_calls", run.settings.max_model_calls))
-        self.base_url: str | None = config.get("base_url")
+        self.model = turn.model or settings.model
+        self.max_tokens = settings.max_tokens if turn.max_tokens is None else turn.max_tokens
+        self.max_calls = (
+            settings.max_model_calls if turn.max_model_calls is None else turn.max_model_calls
+        )
+        self.base_url = turn.base_url
         self._client: ModelClient | None = None
         self.messages = [*start.history, {"role": "user", "content": run.turn.prompt}]
         # The newest snapshot: this turn's own last finished tool step, else where the
