@@ -1,3 +1,3 @@
 """Fakes that ship in the package: the scripted fake model servers, the demo, the crash
 matrix. May import every layer below the CLI; production code never imports it, except
-``cli.py`` on top (``demo``, ``fake-model``, ``crash-matrix``)."""
+``cli/`` on top (``demo``, ``fake-model``, ``crash-matrix``)."""

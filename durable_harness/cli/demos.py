@@ -1,0 +1,83 @@
+"""The commands over the testing package: ``demo``, ``crash-matrix``, ``fake-model``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from durable_harness.cli.common import Commands
+from durable_harness.harness.crash import CRASH_POINTS
+
+if TYPE_CHECKING:
+    from durable_harness.cli.common import Subparsers
+
+
+def register(sub: Subparsers) -> Commands:
+    demo = sub.add_parser("demo", help="crash a turn on purpose, resume it, show the journal")
+    demo.add_argument("--data-dir", help="keep the demo's World here (default: a temp folder)")
+    demo.add_argument(
+        "--crash-at",
+        default=None,
+        help="crash point <seq>:<point> (default: the refund tool, after it ran)",
+    )
+
+    matrix = sub.add_parser(
+        "crash-matrix",
+        help="crash a turn at every step x every point, resume each, count repeats",
+        description="Runs PROMPT once cleanly against the scripted fake model, then once per "
+        "step and crash point in a fresh local World: the worker is killed at that point, a "
+        "new one resumes the turn, and the model calls answered twice, the never tools run "
+        "twice and the final reply are checked.",
+    )
+    matrix.add_argument("prompt", metavar="PROMPT")
+    matrix.add_argument("--script", required=True, help="the fake model's TOML script")
+    matrix.add_argument("--tools", action="append", default=[], metavar="FILE.py:NAME")
+    matrix.add_argument(
+        "--points",
+        default=",".join(CRASH_POINTS),
+        help=f"comma-separated crash points (default: all of {', '.join(CRASH_POINTS)})",
+    )
+
+    fake = sub.add_parser("fake-model", help="scripted fake model (Anthropic, OpenAI Responses)")
+    fake.add_argument("--script", required=True, help="TOML script of rules")
+    fake.add_argument("--port", type=int, default=0)
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--log", help="append one JSON line per answered request")
+    return {"demo": cmd_demo, "crash-matrix": cmd_crash_matrix, "fake-model": cmd_fake_model}
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from durable_harness.testing.demo.run import run_demo
+
+    return run_demo(args.data_dir, args.crash_at)
+
+
+def cmd_crash_matrix(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from durable_harness.core.errors import ConfigError
+    from durable_harness.testing.fake_model import load_script
+    from durable_harness.testing.matrix import run_matrix
+
+    points = tuple(p.strip() for p in args.points.split(",") if p.strip())
+    unknown = [p for p in points if p not in CRASH_POINTS]
+    if unknown or not points:
+        raise ConfigError(f"--points: unknown {unknown}; choose from {', '.join(CRASH_POINTS)}")
+    load_script(Path(args.script))  # a bad script fails here, once, not in every cell
+    results = run_matrix(
+        Path(args.script),
+        args.tools,
+        args.prompt,
+        points=points,
+        say=lambda line: print(line, flush=True),
+    )
+    survived = sum(r.ok for r in results)
+    print(f"{survived}/{len(results)} crash points survived")
+    return 0 if survived == len(results) else 1
+
+
+def cmd_fake_model(args: argparse.Namespace) -> int:
+    from durable_harness.testing.fake_model import run_fake_model
+
+    run_fake_model(args.script, args.port, args.log, args.host)
+    return 0

@@ -1,0 +1,61 @@
+"""``durable-harness sandbox``: the Docker agent image and the session containers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from durable_harness.cli.common import Commands
+
+if TYPE_CHECKING:
+    from durable_harness.cli.common import Subparsers
+
+
+def register(sub: Subparsers) -> Commands:
+    box = sub.add_parser("sandbox", help="the Docker sandbox: build its image, list, remove")
+    box_sub = box.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
+    build = box_sub.add_parser(
+        "build", help="build the agent image (the CLIs at pinned versions; docs/docker.md)"
+    )
+    build.add_argument(
+        "--offline",
+        action="store_true",
+        help="no registry: a debootstrap base with this host's node, CLIs by this host's npm",
+    )
+    build.add_argument("--base", help="base image (default node:20-bookworm-slim)")
+    build.add_argument("--tag", help="image name (default durable-harness/agent:<version>)")
+    build.add_argument("--network", help="network of the RUN steps (host: a daemon without bridge)")
+    build.add_argument("--cache-dir", help="offline build cache (default ~/.cache/durable-harness)")
+    build.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    box_sub.add_parser("ls", help="list the sandbox containers on this Docker host")
+    rm = box_sub.add_parser("rm", help="remove sessions' containers and volumes")
+    rm.add_argument("sessions", nargs="+", metavar="SESSION")
+    return {"sandbox": cmd_sandbox}
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from durable_harness.sandbox import docker_image
+
+    if args.sandbox_command == "build":
+        result = docker_image.build_image(
+            tag=args.tag,
+            base=args.base,
+            offline=args.offline,
+            network=args.network,
+            cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+            force=args.force,
+            say=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+        done = "up to date" if result.cached else f"built in {result.seconds:.0f}s"
+        print(f"{result.image}: {done}, {result.size / 1e6:.0f} MB")
+    elif args.sandbox_command == "ls":
+        for row in docker_image.list_sandboxes():
+            print(f"{row['session']:<28}  {row['status']:<8}  {row['created']}  {row['container']}")
+    else:
+        for session in args.sessions:
+            n = docker_image.remove_sandbox(session)
+            print(f"{session}: {'removed' if n else 'no sandbox'}")
+    return 0

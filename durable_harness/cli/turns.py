@@ -1,0 +1,178 @@
+"""The commands that drive turns: ``run``, ``worker``, ``resume``, ``replay``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from durable_harness.cli.common import Commands, policy_flags, report, settings_of, world_flags
+from durable_harness.worlds import open_configured
+
+if TYPE_CHECKING:
+    from durable_harness.cli.common import Subparsers
+
+
+def register(sub: Subparsers) -> Commands:
+    run = sub.add_parser("run", help="start a turn and drive it here (or --detach)")
+    run.add_argument("prompt", metavar="PROMPT")
+    run.add_argument(
+        "--agent",
+        default="builtin",
+        help="builtin (default), claude-code, codex, opencode or pi (docs/<agent>.md)",
+    )
+    run.add_argument(
+        "--workspace",
+        default="virtual",
+        help="'virtual' (in-memory, default), 'docker' (a container per session, "
+        "docs/docker.md) or a host folder (the local sandbox, opt-in)",
+    )
+    run.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="FILE.py:NAME|SET",
+        help="host tools: NAME is a list of tools in FILE.py, or SET a tool set registered "
+        "with DURABLE_HARNESS_TOOL_SETS (repeatable); a file given here may run in this "
+        "process, a worker elsewhere runs it only if its operator registered it",
+    )
+    run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
+    run.add_argument(
+        "--agent-config",
+        metavar="FILE.toml",
+        help="the agent's options (CLI agents: replay labels, see docs/claude-code.md)",
+    )
+    run.add_argument("--model", help="model name (env DURABLE_HARNESS_MODEL)")
+    run.add_argument(
+        "--base-url",
+        help="model endpoint (default: env ANTHROPIC_BASE_URL); a worker elsewhere runs the "
+        "turn only if it is its own or in its DURABLE_HARNESS_ALLOWED_BASE_URLS",
+    )
+    run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
+    run.add_argument("--max-bytes", type=int, help="virtual workspace byte cap (default 10 MiB)")
+    run.add_argument(
+        "--max-model-calls",
+        type=int,
+        help="model calls per turn, any agent (default 50): past it the turn fails",
+    )
+    run.add_argument("--detach", action="store_true", help="only enqueue; a worker runs it")
+    run.add_argument("--quiet", "-q", action="store_true", help="no step progress on stderr")
+    world_flags(run)
+
+    worker = sub.add_parser("worker", help="claim turns and drive them; finishes dead turns")
+    worker.add_argument("--until-idle", action="store_true", help="exit when nothing is runnable")
+    worker.add_argument("--max-turns", type=int, help="exit after driving this many turns")
+    worker.add_argument("--quiet", "-q", action="store_true")
+    world_flags(worker)
+    policy_flags(worker)
+
+    resume = sub.add_parser("resume", help="finish one turn here")
+    resume.add_argument("turn", metavar="TURN")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="take the turn now, fencing out its current holder, instead of waiting for its lease",
+    )
+    resume.add_argument("--quiet", "-q", action="store_true")
+    world_flags(resume)
+    policy_flags(resume)
+
+    replay = sub.add_parser(
+        "replay", help="re-run a finished turn from its journal alone (0 model calls)"
+    )
+    replay.add_argument("turn", metavar="TURN")
+    world_flags(replay)
+    return {"run": cmd_run, "worker": cmd_worker, "resume": cmd_resume, "replay": cmd_replay}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.turns import make_worker, start_turn, turn_config
+
+    settings = settings_of(
+        args,
+        max_files=args.max_files,
+        max_bytes=args.max_bytes,
+        max_model_calls=args.max_model_calls,
+        model=args.model,
+    )
+    config = turn_config(
+        agent=args.agent,
+        workspace=args.workspace,
+        tools=args.tools,
+        model=args.model,
+        base_url=args.base_url,
+        settings=settings,
+    )
+    if args.agent_config:
+        from durable_harness.adapters import read_agent_config
+
+        config["agent_config"] = read_agent_config(args.agent_config)
+    from durable_harness.runtime.admission import grant
+
+    grant(config)  # typed here by the operator: this process may run it
+    with open_configured(settings) as world:
+        turn = start_turn(
+            world, settings, args.prompt, config, args.session, queue_behind=args.detach
+        )
+        print(f"session {turn.session_id}\nturn {turn.turn_id}", flush=True)
+        if args.detach:
+            print("queued: `durable-harness worker` will run it", file=sys.stderr)
+            return 0
+        worker = make_worker(world, settings, quiet=args.quiet)
+        lease = world.claim_turn(turn.turn_id, worker.owner, settings.lease_seconds)
+        if lease is not None:
+            worker.drive(lease)
+        return report(world.get_turn(turn.turn_id))
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.turns import make_worker
+
+    settings = settings_of(args)
+    with open_configured(settings) as world:
+        worker = make_worker(world, settings, quiet=args.quiet)
+        if not args.quiet:
+            print(f"durable-harness: worker {worker.owner} on {settings.world}", file=sys.stderr)
+        n = worker.run(until_idle=args.until_idle, max_turns=args.max_turns)
+        if not args.quiet:
+            print(f"durable-harness: worker drove {n} turn(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.turns import claim_for_resume, make_worker
+
+    settings = settings_of(args)
+    with open_configured(settings) as world:
+        worker = make_worker(world, settings, quiet=args.quiet)
+        lease = claim_for_resume(
+            world,
+            settings,
+            args.turn,
+            worker.owner,
+            force=args.force,
+            say=lambda m: print(f"durable-harness: {m}", file=sys.stderr, flush=True),
+        )
+        if lease is not None:
+            worker.drive(lease)
+        return report(world.get_turn(args.turn))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.turns import replay_turn
+
+    settings = settings_of(args)
+    with open_configured(settings) as world:
+        reply, steps = replay_turn(world, settings, args.turn)
+        recorded = world.get_turn(args.turn).result
+    print(reply)
+    print(
+        f"durable-harness: {steps} steps read back from the journal, 0 calls made", file=sys.stderr
+    )
+    if reply != recorded:
+        print(
+            f"durable-harness: the replayed reply differs from the recorded one: {recorded!r}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,108 @@
+"""The commands that read and poke a World: ``ls``, ``show``, ``signal``,
+``signal-server``, ``doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING
+
+from durable_harness.cli.common import Commands, settings_of, world_flags
+from durable_harness.worlds import open_configured
+
+if TYPE_CHECKING:
+    from durable_harness.cli.common import Subparsers
+
+
+def register(sub: Subparsers) -> Commands:
+    ls = sub.add_parser("ls", help="list turns and sessions, newest first")
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--limit", type=int, default=50)
+    world_flags(ls)
+
+    show = sub.add_parser("show", help="one line per step of a turn")
+    show.add_argument("turn", metavar="TURN")
+    show.add_argument("--json", action="store_true")
+    world_flags(show)
+
+    sig = sub.add_parser("signal", help="send a signal to a turn (wakes it if it waits)")
+    sig.add_argument("turn", metavar="TURN")
+    sig.add_argument("name", metavar="NAME")
+    sig.add_argument("--data", help="JSON payload the waiting agent receives")
+    world_flags(sig)
+
+    sigsrv = sub.add_parser(
+        "signal-server",
+        help="HTTP endpoint for webhooks: POST /v1/turns/TURN/signals/NAME (bearer secret)",
+    )
+    sigsrv.add_argument("--host", default="127.0.0.1")
+    sigsrv.add_argument("--port", type=int, default=8787)
+    world_flags(sigsrv)
+
+    doctor = sub.add_parser("doctor", help="check the World and the model endpoint settings")
+    world_flags(doctor)
+    return {
+        "ls": cmd_ls,
+        "show": cmd_show,
+        "signal": cmd_signal,
+        "signal-server": cmd_signal_server,
+        "doctor": cmd_doctor,
+    }
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.views import format_ls, ls_data
+
+    with open_configured(settings_of(args)) as world:
+        rows = ls_data(world, args.limit)
+        print(json.dumps(rows, indent=2) if args.json else format_ls(rows))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.views import format_show, show_data
+
+    with open_configured(settings_of(args)) as world:
+        data = show_data(world, args.turn)
+        print(json.dumps(data, indent=2) if args.json else format_show(data))
+    return 0
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.signals import parse_payload
+
+    payload = parse_payload(args.data)
+    with open_configured(settings_of(args)) as world:
+        fresh = world.send_signal(args.turn, args.name, payload)
+        status = world.get_turn(args.turn).status.value
+    if fresh:
+        print(f"signal {args.name!r} delivered to turn {args.turn} ({status})")
+    else:
+        print(
+            f"signal {args.name!r} was already delivered to turn {args.turn}; the first one stands"
+        )
+    return 0
+
+
+def cmd_signal_server(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.signals import serve
+
+    with open_configured(settings_of(args)) as world:
+        serve(world, args.host, args.port)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    settings = settings_of(args)
+    print(f"World: {settings.world}")
+    with open_configured(settings) as world:
+        checks = world.doctor()
+    for check in checks:
+        print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    from durable_harness.sandbox.docker_image import sandbox_checks
+
+    # Informational: only --workspace docker and the claude-code/codex agents need Docker.
+    print("Docker sandbox (--workspace docker, claude-code, codex):")
+    for check in sandbox_checks():
+        print(f"  [{'ok' if check.ok else '--'}] {check.name}: {check.detail}")
+    return 0 if all(c.ok for c in checks) else 1
