@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_harness.core.settings import Settings
-from durable_harness.core.turn_config import TurnConfig
+from durable_harness.core.turn_config import VIRTUAL, TurnConfig
 from durable_harness.core.types import Turn
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
@@ -40,6 +40,9 @@ class TurnRun:
 
 class Adapter(abc.ABC):
     name: str
+    #: Where a turn of this agent runs when it names no workspace (``run`` without
+    #: ``--workspace``): the virtual workspace, ``docker`` for the CLI agents.
+    default_workspace: str = VIRTUAL
 
     @abc.abstractmethod
     def check(self, config: dict[str, Any], settings: Settings) -> None:

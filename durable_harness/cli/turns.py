@@ -23,9 +23,8 @@ def register(sub: Subparsers) -> Commands:
     )
     run.add_argument(
         "--workspace",
-        default="virtual",
-        help="'virtual' (in-memory, default), 'docker' (a container per session, "
-        "docs/docker.md) or a host folder (the local sandbox, opt-in)",
+        help="'virtual' (in-memory: the built-in agent's default), 'docker' (a container "
+        "per session, docs/docker.md: every CLI agent's default) or a host folder",
     )
     run.add_argument(
         "--tools",

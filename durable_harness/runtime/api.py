@@ -84,7 +84,7 @@ def enqueue_turn(
     prompt: str,
     *,
     agent: str = "builtin",
-    workspace: str = "virtual",
+    workspace: str | None = None,
     tools: Iterable[str] = (),
     session_id: str | None = None,
     model: str | None = None,
@@ -111,7 +111,7 @@ def run_turn(
     prompt: str,
     *,
     agent: str = "builtin",
-    workspace: str = "virtual",
+    workspace: str | None = None,
     tools: Iterable[str] = (),
     session_id: str | None = None,
     model: str | None = None,
@@ -174,7 +174,7 @@ def run_worker(
 
 def _config(
     agent: str,
-    workspace: str,
+    workspace: str | None,
     tools: Iterable[str],
     model: str | None,
     base_url: str | None,

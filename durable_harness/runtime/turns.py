@@ -30,14 +30,18 @@ def new_id(prefix: str) -> str:
 def turn_config(
     *,
     agent: str,
-    workspace: str,
+    workspace: str | None,
     tools: list[str],
     model: str | None,
     base_url: str | None,
     settings: Settings,
 ) -> dict[str, Any]:
     """What a worker anywhere needs to run the turn (never a secret): a
-    :class:`~.core.turn_config.TurnConfig`, as the JSON object stored with the turn."""
+    :class:`~.core.turn_config.TurnConfig`, as the JSON object stored with the turn.
+    No ``workspace``: the agent's default (the virtual one for the built-in agent, the
+    session's Docker container for a CLI agent)."""
+    if workspace is None:
+        workspace = get_adapter(agent).default_workspace
     if workspace not in (VIRTUAL, DOCKER):
         workspace = str(Path(workspace).resolve())
     optional = {"base_url": base_url} if base_url else {}

@@ -50,7 +50,7 @@ def test_wrong_cli_version(h: Harness, tmp_path: Path) -> None:
 
 
 def test_virtual_workspace_is_refused(h: Harness) -> None:
-    out = h.cli("run", "--agent", "claude-code", "--tools", TOOLS, "add a pricing page")
+    out = h.cli("run", "--agent", "claude-code", "--workspace", "virtual", "--tools", TOOLS, "x")
     one_line_error(out, "--workspace docker", "claude-code")
     no_turns(h)
 

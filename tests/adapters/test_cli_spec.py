@@ -64,3 +64,26 @@ def test_every_cli_agent_is_a_spec(agent: str) -> None:
     adapter = get_adapter(agent)
     assert isinstance(adapter, CliAdapter)
     assert adapter.name == agent == adapter.spec.name
+
+
+@pytest.mark.parametrize(
+    ("agent", "where"),
+    [("builtin", "virtual"), ("claude-code", "docker"), ("codex", "docker"),
+     ("opencode", "docker"), ("pi", "docker")],
+)  # fmt: skip
+def test_a_turn_naming_no_workspace_gets_its_agents_default(agent: str, where: str) -> None:
+    """``run`` without ``--workspace``: a CLI agent runs in the session's container (it
+    never runs in the virtual workspace), the built-in agent in the virtual one; one that
+    names its workspace keeps it."""
+    from durable_harness.core.settings import Settings
+    from durable_harness.runtime.turns import turn_config
+
+    settings = Settings.load()
+    made = turn_config(
+        agent=agent, workspace=None, tools=[], model=None, base_url=None, settings=settings
+    )
+    assert made["workspace"] == where
+    named = turn_config(
+        agent=agent, workspace="virtual", tools=[], model=None, base_url=None, settings=settings
+    )
+    assert named["workspace"] == "virtual"

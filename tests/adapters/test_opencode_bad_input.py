@@ -49,7 +49,7 @@ def test_wrong_cli_version(h: Harness, tmp_path: Path) -> None:
 
 
 def test_virtual_workspace_is_refused(h: Harness) -> None:
-    out = h.cli("run", "--agent", "opencode", "add a pricing page")
+    out = h.cli("run", "--agent", "opencode", "--workspace", "virtual", "x")
     one_line_error(out, "--workspace docker", "--workspace DIR", "opencode")
     no_turns(h)
 

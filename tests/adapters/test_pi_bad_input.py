@@ -39,7 +39,7 @@ def test_wrong_cli_version(h: Harness, tmp_path: Path) -> None:
 
 
 def test_virtual_workspace_is_refused(h: Harness) -> None:
-    out = h.cli("run", "--agent", "pi", "--tools", TOOLS, "add a pricing page")
+    out = h.cli("run", "--agent", "pi", "--workspace", "virtual", "--tools", TOOLS, "x")
     one_line_error(out, "--workspace docker", "--workspace DIR", "pi")
     no_turns(h)
 

@@ -33,7 +33,10 @@ def h(tmp_path: Path, docker_host: str) -> Iterator[Harness]:
 
 
 def test_turn_in_docker(h: Harness) -> None:
-    out = h.cli(*run_args(h))
+    # No --workspace: a CLI agent's default is the session's container.
+    args = run_args(h)
+    del args[args.index("--workspace") : args.index("--workspace") + 2]
+    out = h.cli(*args)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == FINAL
     ids = ids_of(out)

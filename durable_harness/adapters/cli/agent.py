@@ -57,7 +57,7 @@ from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallback
 from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import Settings
-from durable_harness.core.turn_config import TurnConfig
+from durable_harness.core.turn_config import DOCKER, TurnConfig
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.journal import decode_output
 from durable_harness.harness.model import is_loopback
@@ -112,6 +112,9 @@ def wait_for_record(
 
 class CliAdapter(Adapter):
     """The adapter of one CLI agent, all of whose own parts are its ``spec``."""
+
+    #: A CLI runs a real shell: never the virtual workspace; a host folder only by name.
+    default_workspace = DOCKER
 
     def __init__(self, spec: CliSpec) -> None:
         self.spec = spec
