@@ -1,16 +1,21 @@
 # ruff: noqa: E501  (the fake model script below keeps one rule per line)
 """Host tools and hooks only for calls the model made: forged from inside the sandbox.
 
-Each CLI (Claude Code, Codex, Pi) runs in the session's Docker container against the
-scripted fake model, in one turn with all the attacks. The model calls the ``never``
+Each CLI runs against the scripted fake model, in one turn with all the attacks: Claude
+Code, Codex, OpenCode and Pi in the session's Docker container, Pi and OpenCode on a host
+folder in the default hardened mode (no opt-in set: they run as the unprivileged agent
+user, and the attack checks it does). The model calls the ``never``
 host tool ``notify`` once, then has the CLI's shell tool run ``forged_calls_attack.js``
 (base64 in the command, decoded and run by node there: the CLI's command screening never
 sees it). That process holds what every child of the CLI
 can read, the proxy's URL and per-launch token (the CLI's HOME) and the real tool-use ids
-(the CLI's transcript), and with them forges host-tool calls (a made-up id, the real id
+(the CLI's transcript; OpenCode's SQLite database, read as bytes), and with them forges host-tool calls (a made-up id, the real id
 with other arguments, the Bash call's id, the real id again after it ran, no id) and hook
 events (PreToolUse for made-up ids, for real ids with other tools or input, for the
 running Bash call again; PostToolUse and PostToolUseFailure with made-up outcomes).
+For OpenCode, whose MCP calls carry no id (the harness pairs each with the id its plugin's
+PreToolUse announced), also what its plugin posts: a made-up id announced, an MCP call with
+no id and the real arguments, the real call announced again and then called without an id.
 
 Each is refused with a clear reply and the turn still finishes with the scripted reply;
 ``notify`` ran once (its ledger file on the host, one line); the journal holds exactly
@@ -23,7 +28,7 @@ import base64
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,7 @@ import pytest
 from support import Harness, ids_of, make_harness
 
 from durable_harness.core.keys import tool_key
+from durable_harness.core.settings import AgentUserSettings
 
 HERE = Path(__file__).resolve().parent
 TOOLS = f"{HERE.parent / 'fixtures' / 'claude_tools.py'}:TOOLS"
@@ -39,6 +45,11 @@ PROMPT = "notify the team, then check the host tools"
 FINAL = "Team notified; nothing else ran."
 
 _RULES = """
+[[rule]]
+name = "title"
+when.system = "You are a title generator"
+reply.text = "Host tools"
+
 [[rule]]
 name = "final"
 when.conversation = "ATTACKS-DONE-42"
@@ -66,6 +77,7 @@ class Cli:
     notify: str  # the host tool use, TOML
     env: dict[str, str]  # where the fake model is (``{url}``)
     shell_step: str = "Bash"  # the shell call's step name (as the CLI's hooks name it)
+    host_folder: bool = False  # on a host folder (as the agent user), else in Docker
 
 
 CLIS = {
@@ -91,6 +103,18 @@ CLIS = {
         {"ANTHROPIC_BASE_URL": "{url}"},
         shell_step="bash",
     ),
+    "opencode": Cli(
+        "opencode",
+        "opencode",
+        'name = "bash", input = {{ command = "{command}", description = "check the host tools" }}',
+        'name = "durable-harness_notify", input = { text = "pricing page is live" }',
+        {"ANTHROPIC_BASE_URL": "{url}"},
+        shell_step="bash",
+    ),
+}
+#: Pi and OpenCode on a host folder: the same turns, run as the agent user.
+CLIS |= {
+    f"{name}-host-folder": replace(CLIS[name], host_folder=True) for name in ("pi", "opencode")
 }
 
 
@@ -111,6 +135,10 @@ HOOK_DENIED = (
     "pre-made-up-wait",
 )
 POST_REFUSED = ("post-made-up-id", "failure-made-up-id")
+#: OpenCode's plugin path: MCP calls paired with the id its PreToolUse announced (the
+#: real call's id is taken: an id-less call with its arguments has no id to run under).
+OPENCODE_DENIED = ("plugin-pre-made-up-host",)
+OPENCODE_MCP_REFUSED = ("mcp-no-id-real-args",)
 
 
 @pytest.fixture(params=list(CLIS))
@@ -119,7 +147,10 @@ def cli(request: pytest.FixtureRequest) -> Cli:
 
 
 @pytest.fixture
-def h(tmp_path: Path, docker_host: str, cli: Cli) -> Iterator[Harness]:
+def h(tmp_path: Path, request: pytest.FixtureRequest, cli: Cli) -> Iterator[Harness]:
+    if not cli.host_folder:
+        request.getfixturevalue("docker_host")
+    (tmp_path / "ws").mkdir()
     payload = base64.b64encode(ATTACK.read_bytes()).decode()
     command = _COMMAND.format(payload=payload, cli=cli.attack)
     script = tmp_path / "script.toml"
@@ -128,6 +159,9 @@ def h(tmp_path: Path, docker_host: str, cli: Cli) -> Iterator[Harness]:
     for harness in make_harness(tmp_path, script):
         harness.env["NOTIFY_LEDGER"] = str(tmp_path / "notify.txt")
         harness.env.pop("OPENAI_API_KEY", None)
+        # The default, hardened mode: no opt-in (a host folder's CLI is the agent user).
+        harness.env.pop("DURABLE_HARNESS_UNSAFE_SAME_USER", None)
+        harness.env.pop("DURABLE_HARNESS_UNSAFE_HOST_AGENT", None)
         for name, value in cli.env.items():
             harness.env[name] = value.format(url=harness.server.url)
         yield harness
@@ -135,8 +169,9 @@ def h(tmp_path: Path, docker_host: str, cli: Cli) -> Iterator[Harness]:
 
 def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli) -> None:
     started = time.monotonic()
+    workspace = str(h.tmp / "ws") if cli.host_folder else "docker"
     out = h.cli(
-        "run", "--agent", cli.agent, "--workspace", "docker", "--tools", TOOLS,
+        "run", "--agent", cli.agent, "--workspace", workspace, "--tools", TOOLS,
         "--max-model-calls", "10", PROMPT,
         timeout=300,
     )  # fmt: skip
@@ -153,7 +188,15 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
     attacks = _attacks(output)
     expected = {*MCP_REFUSED, "mcp-real-id-again", "mcp-no-id", *HOOK_DENIED, *POST_REFUSED}
     expected |= {"post-real-host-id"}
+    opencode = cli.agent == "opencode"
+    if opencode:
+        expected |= {*OPENCODE_DENIED, *OPENCODE_MCP_REFUSED}
+        expected |= {"plugin-pre-real-host-again", "mcp-no-id-announced", "plugin-session-start"}
     assert set(attacks) == expected, sorted(attacks)
+    if cli.host_folder:
+        # The hardened mode, no opt-in: the CLI and its shell run as the agent user.
+        wanted = h.env.get("DURABLE_HARNESS_AGENT_USER", AgentUserSettings().agent_user)
+        assert real["user"] == wanted, real
 
     for name in MCP_REFUSED:
         result = attacks[name]["reply"]["result"]
@@ -162,19 +205,35 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
     # The real id again, after it ran: its recorded result, not a second run.
     again = attacks["mcp-real-id-again"]["reply"]["result"]
     assert again["content"][0]["text"] == "NOTIFIED-OK", again
-    no_id = attacks["mcp-no-id"]["reply"]["result"]
-    assert no_id["isError"] is True and "no tool_use_id" in no_id["content"][0]["text"]
+    for name in ("mcp-no-id", *(OPENCODE_MCP_REFUSED if opencode else ())):
+        no_id = attacks[name]["reply"]["result"]
+        assert no_id["isError"] is True and "no tool_use_id" in no_id["content"][0]["text"]
     # A PostToolUse for the host tool's real id: the MCP handler journaled that call, so
     # the hooks record nothing (the outcome below is the tool's own).
     assert attacks["post-real-host-id"] == {"status": 200, "reply": {}}
-    for name in HOOK_DENIED:
+    for name in HOOK_DENIED + (OPENCODE_DENIED if opencode else ()):
         decision = attacks[name]["reply"]["hookSpecificOutput"]
         assert attacks[name]["status"] == 200, (name, attacks[name])
         assert decision["permissionDecision"] == "deny", (name, decision)
         assert "refused" in decision["permissionDecisionReason"], (name, decision)
+    # The running call's id again, with its own input: refused as running, not on a
+    # technicality of the input (the attack found the real one).
+    running = attacks["pre-bash-id-again"]["reply"]["hookSpecificOutput"]
+    assert "already running" in running["permissionDecisionReason"], running
     for name in POST_REFUSED:
         assert attacks[name]["status"] == 200, (name, attacks[name])
         assert "refused" in attacks[name]["reply"]["refused"], (name, attacks[name])
+    answered = 1
+    if opencode:
+        # The plugin's announcement of the real call replayed: allowed (a host tool's
+        # PreToolUse only pairs the id), and the id-less call it pairs gets the
+        # recorded result; a SessionStart changes nothing.
+        again_pre = attacks["plugin-pre-real-host-again"]["reply"]["hookSpecificOutput"]
+        assert again_pre["permissionDecision"] == "allow", again_pre
+        announced = attacks["mcp-no-id-announced"]["reply"]["result"]
+        assert announced["content"][0]["text"] == "NOTIFIED-OK", announced
+        assert attacks["plugin-session-start"] == {"status": 200, "reply": {}}
+        answered += 1
 
     # The never tool ran exactly as often as the model asked: once, with its arguments.
     notified = (h.tmp / "notify.txt").read_text().splitlines()
@@ -193,7 +252,14 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
     assert "forged" not in json.dumps(recorded["notify"])
     assert seconds < 240, seconds
     refused = len(MCP_REFUSED) + 1 + len(HOOK_DENIED) + len(POST_REFUSED)
-    print(f"\nforged: {refused} refused, 1 ignored, 1 answered from the journal; {seconds:.1f}s")
+    if opencode:
+        refused += len(OPENCODE_DENIED) + len(OPENCODE_MCP_REFUSED)
+    ignored = 3 if opencode else 1
+    print(
+        f"\nforged ({cli.agent}, {'host folder' if cli.host_folder else 'docker'}): "
+        f"{refused} refused, {ignored} ignored, {answered} answered from the journal, "
+        f"notify ran once; {seconds:.1f}s"
+    )
 
 
 def _attacks(output: str) -> dict[str, dict[str, Any]]:
