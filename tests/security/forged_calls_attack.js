@@ -187,6 +187,12 @@ async function hook(name, event, payload) {
     });
     await mcp("mcp-no-id-announced", null, real);
     await hook("plugin-session-start", "SessionStart", { cwd: process.cwd() });
+    // The real call announced once more and left pending: the model's next call of the
+    // tool with the same arguments must still run, not be paired with this spent id.
+    await hook("plugin-pre-real-host-primed", "PreToolUse", {
+      session_id: "ses_forged", tool_name: hostPrefix + "notify", tool_input: real,
+      tool_use_id: notifyId, cwd: process.cwd(),
+    });
   }
   console.log("ATTACKS-DONE-" + 6 * 7);
 })();

@@ -4,22 +4,25 @@
 Each CLI runs against the scripted fake model, in one turn with all the attacks: Claude
 Code, Codex, OpenCode and Pi in the session's Docker container, Pi and OpenCode on a host
 folder in the default hardened mode (no opt-in set: they run as the unprivileged agent
-user, and the attack checks it does). The model calls the ``never``
-host tool ``notify`` once, then has the CLI's shell tool run ``forged_calls_attack.js``
-(base64 in the command, decoded and run by node there: the CLI's command screening never
-sees it). That process holds what every child of the CLI
+user, and the attack checks it does). The model calls the ``never`` host tool ``notify``,
+then has the CLI's shell tool run ``forged_calls_attack.js`` (base64 in the command,
+decoded and run by node there: the CLI's command screening never sees it), then calls
+``notify`` again with the same arguments. The attack holds what every child of the CLI
 can read, the proxy's URL and per-launch token (the CLI's HOME) and the real tool-use ids
-(the CLI's transcript; OpenCode's SQLite database, read as bytes), and with them forges host-tool calls (a made-up id, the real id
-with other arguments, the Bash call's id, the real id again after it ran, no id) and hook
-events (PreToolUse for made-up ids, for real ids with other tools or input, for the
-running Bash call again; PostToolUse and PostToolUseFailure with made-up outcomes).
-For OpenCode, whose MCP calls carry no id (the harness pairs each with the id its plugin's
-PreToolUse announced), also what its plugin posts: a made-up id announced, an MCP call with
-no id and the real arguments, the real call announced again and then called without an id.
+(the CLI's transcript; OpenCode's SQLite database, read as bytes, as node has no SQLite),
+and with them forges host-tool calls (a made-up id, the real id with other arguments, the
+Bash call's id, the real id again after it ran, no id) and hook events (PreToolUse for
+made-up ids, for real ids with other tools or input, for the running Bash call again;
+PostToolUse and PostToolUseFailure with made-up outcomes). For OpenCode, whose MCP calls
+carry no id (the harness pairs each with the id its plugin's PreToolUse announced), also
+what its plugin posts: a made-up id announced, an id-less call with the real arguments,
+the real call announced again and then called without an id, and announced once more and
+left pending (it must not take the model's next call's place).
 
-Each is refused with a clear reply and the turn still finishes with the scripted reply;
-``notify`` ran once (its ledger file on the host, one line); the journal holds exactly
-the model's two tool calls and no step for a forged id.
+Each is refused or answered with the recorded result, and the turn still finishes with
+the scripted reply; ``notify`` ran exactly twice, with the model's arguments (its ledger
+file on the host); the journal holds exactly the model's three tool calls and no step for
+a forged id.
 """
 
 from __future__ import annotations
@@ -53,7 +56,13 @@ reply.text = "Host tools"
 [[rule]]
 name = "final"
 when.conversation = "ATTACKS-DONE-42"
+when.last_tool_name = "{notify_name}"
 reply.text = "{final}"
+
+[[rule]]
+name = "notify-again"
+when.conversation = "ATTACKS-DONE-42"
+reply.tool_use = [ {{ {notify} }} ]
 
 [[rule]]
 name = "attack"
@@ -155,7 +164,9 @@ def h(tmp_path: Path, request: pytest.FixtureRequest, cli: Cli) -> Iterator[Harn
     command = _COMMAND.format(payload=payload, cli=cli.attack)
     script = tmp_path / "script.toml"
     shell = cli.shell.format(command=command)
-    script.write_text(_RULES.format(final=FINAL, shell=shell, notify=cli.notify))
+    notify_name = cli.notify.split('"')[1]  # the host tool's name as the model gave it
+    rules = _RULES.format(final=FINAL, shell=shell, notify=cli.notify, notify_name=notify_name)
+    script.write_text(rules)
     for harness in make_harness(tmp_path, script):
         harness.env["NOTIFY_LEDGER"] = str(tmp_path / "notify.txt")
         harness.env.pop("OPENAI_API_KEY", None)
@@ -192,6 +203,7 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
     if opencode:
         expected |= {*OPENCODE_DENIED, *OPENCODE_MCP_REFUSED}
         expected |= {"plugin-pre-real-host-again", "mcp-no-id-announced", "plugin-session-start"}
+        expected |= {"plugin-pre-real-host-primed"}
     assert set(attacks) == expected, sorted(attacks)
     if cli.host_folder:
         # The hardened mode, no opt-in: the CLI and its shell run as the agent user.
@@ -223,30 +235,37 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
     for name in POST_REFUSED:
         assert attacks[name]["status"] == 200, (name, attacks[name])
         assert "refused" in attacks[name]["reply"]["refused"], (name, attacks[name])
-    answered = 1
+    answered, allowed = 1, 0
     if opencode:
         # The plugin's announcement of the real call replayed: allowed (a host tool's
         # PreToolUse only pairs the id), and the id-less call it pairs gets the
         # recorded result; a SessionStart changes nothing.
-        again_pre = attacks["plugin-pre-real-host-again"]["reply"]["hookSpecificOutput"]
-        assert again_pre["permissionDecision"] == "allow", again_pre
+        for name in ("plugin-pre-real-host-again", "plugin-pre-real-host-primed"):
+            again_pre = attacks[name]["reply"]["hookSpecificOutput"]
+            assert again_pre["permissionDecision"] == "allow", (name, again_pre)
         announced = attacks["mcp-no-id-announced"]["reply"]["result"]
         assert announced["content"][0]["text"] == "NOTIFIED-OK", announced
         assert attacks["plugin-session-start"] == {"status": 200, "reply": {}}
-        answered += 1
+        answered, allowed = answered + 1, 2
 
-    # The never tool ran exactly as often as the model asked: once, with its arguments.
+    # The never tool ran exactly as often as the model asked: twice, with its arguments,
+    # once per call (the forged ones spent none of them).
     notified = (h.tmp / "notify.txt").read_text().splitlines()
-    assert len(notified) == 1 and notified[0].endswith(" pricing page is live"), notified
-    # The journal holds the model's two calls, each done, and nothing forged.
+    assert len(notified) == 2, notified
+    assert all(line.endswith(" pricing page is live") for line in notified), notified
+    assert len({line.split(" ", 1)[0] for line in notified}) == 2, notified
+    # The journal holds the model's three calls, each done, and nothing forged.
     tools = [s for s in show["steps"] if s["kind"] == "tool"]
     assert [(s["name"], s["status"]) for s in tools] == [
         ("notify", "done"),
         (cli.shell_step, "done"),
+        ("notify", "done"),
     ]
-    assert {s["key"] for s in tools} == {tool_key(real["notify"]), tool_key(real["bash"])}
+    keys = [s["key"] for s in tools]
+    assert keys[:2] == [tool_key(real["notify"]), tool_key(real["bash"])], keys
+    assert sorted(keys) == sorted(tool_key(i) for i in _model_tool_ids(h, ids["turn"]))
     models = [s for s in show["steps"] if s["kind"] == "model"]
-    assert len(models) == len(h.requests()) >= 3  # notify, the command, the reply
+    assert len(models) == len(h.requests()) >= 4  # notify, the command, notify, the reply
     assert {s["kind"] for s in show["steps"]} == {"agent", "model", "tool"}
     assert recorded["notify"] == {"content": "NOTIFIED-OK", "is_error": False}
     assert "forged" not in json.dumps(recorded["notify"])
@@ -254,11 +273,12 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
     refused = len(MCP_REFUSED) + 1 + len(HOOK_DENIED) + len(POST_REFUSED)
     if opencode:
         refused += len(OPENCODE_DENIED) + len(OPENCODE_MCP_REFUSED)
-    ignored = 3 if opencode else 1
+    ignored = 2 if opencode else 1  # a PostToolUse for a host tool; a SessionStart
     print(
         f"\nforged ({cli.agent}, {'host folder' if cli.host_folder else 'docker'}): "
-        f"{refused} refused, {ignored} ignored, {answered} answered from the journal, "
-        f"notify ran once; {seconds:.1f}s"
+        f"{refused} refused, {ignored} ignored, "
+        + (f"{allowed} host-tool announcements allowed, " if allowed else "")
+        + f"{answered} answered from the journal; notify ran twice, as asked; {seconds:.1f}s"
     )
 
 
@@ -283,6 +303,20 @@ def _stdout(value: Any) -> str:
         if found:
             return found
     return ""
+
+
+def _model_tool_ids(h: Harness, turn_id: str) -> list[str]:
+    """The id of every tool use in the model responses the World recorded for the turn."""
+    from durable_harness.adapters.cli.ledger import tool_uses_of
+    from durable_harness.harness.journal import decode_output
+    from durable_harness.worlds import open_world
+
+    world = open_world(h.env["DURABLE_HARNESS_DATA_DIR"])
+    try:
+        steps = [s for s in world.load_steps(turn_id) if s.kind == "model"]
+        return [u.id for s in steps for u in tool_uses_of(decode_output(world, s))]
+    finally:
+        world.close()
 
 
 def _tool_outputs(h: Harness, turn_id: str) -> dict[str, Any]:
