@@ -126,9 +126,12 @@ async function mcp(name, toolUseId, args) {
 }
 
 async function hook(name, event, payload) {
+  const started = Date.now();
   const got = await post("/_dh/" + event, { hook_event_name: event, ...payload },
     { "X-Durable-Harness-Token": token });
-  console.log("ATTACK " + name + " " + JSON.stringify(got));
+  // How long the refusal took: a forged event must cost the harness no work (no wait for
+  // the CLI's record to show the call, no save of it).
+  console.log("ATTACK " + name + " " + JSON.stringify({ ...got, ms: Date.now() - started }));
 }
 
 (async () => {

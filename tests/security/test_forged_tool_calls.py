@@ -74,6 +74,8 @@ name = "notify"
 reply.tool_use = [ {{ {notify} }} ]
 """
 _COMMAND = "echo {payload} | base64 -d | node - {cli}"
+#: How long an adapter waits for a call to show in the CLI's record before saving it.
+FLUSH_WAIT = 3.0
 
 
 @dataclass(frozen=True)
@@ -222,12 +224,15 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
         assert no_id["isError"] is True and "no tool_use_id" in no_id["content"][0]["text"]
     # A PostToolUse for the host tool's real id: the MCP handler journaled that call, so
     # the hooks record nothing (the outcome below is the tool's own).
-    assert attacks["post-real-host-id"] == {"status": 200, "reply": {}}
+    assert _reply(attacks["post-real-host-id"]) == {"status": 200, "reply": {}}
     for name in HOOK_DENIED + (OPENCODE_DENIED if opencode else ()):
         decision = attacks[name]["reply"]["hookSpecificOutput"]
         assert attacks[name]["status"] == 200, (name, attacks[name])
         assert decision["permissionDecision"] == "deny", (name, decision)
         assert "refused" in decision["permissionDecisionReason"], (name, decision)
+        # Refused before any work for it: saving the CLI's record first waits up to
+        # FLUSH_WAIT for the (never coming) call to show in it, then writes the World.
+        assert attacks[name]["ms"] < FLUSH_WAIT * 1000, (name, attacks[name])
     # The running call's id again, with its own input: refused as running, not on a
     # technicality of the input (the attack found the real one).
     running = attacks["pre-bash-id-again"]["reply"]["hookSpecificOutput"]
@@ -245,7 +250,7 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
             assert again_pre["permissionDecision"] == "allow", (name, again_pre)
         announced = attacks["mcp-no-id-announced"]["reply"]["result"]
         assert announced["content"][0]["text"] == "NOTIFIED-OK", announced
-        assert attacks["plugin-session-start"] == {"status": 200, "reply": {}}
+        assert _reply(attacks["plugin-session-start"]) == {"status": 200, "reply": {}}
         answered, allowed = answered + 1, 2
 
     # The never tool ran exactly as often as the model asked: twice, with its arguments,
@@ -280,6 +285,10 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
         + (f"{allowed} host-tool announcements allowed, " if allowed else "")
         + f"{answered} answered from the journal; notify ran twice, as asked; {seconds:.1f}s"
     )
+
+
+def _reply(attack: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in attack.items() if k != "ms"}
 
 
 def _attacks(output: str) -> dict[str, dict[str, Any]]:
