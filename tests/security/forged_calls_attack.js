@@ -63,7 +63,9 @@ function scanSqlite(file) {
     const rest = bytes.slice(match.index + match[0].length, match.index + match[0].length + 2000);
     const whole = /^\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\}/.exec(rest);
     if (whole) try { input = JSON.parse(whole[0]); } catch {}
-    if (!(name in uses) || (input && !uses[name].input)) uses[name] = { id, input };
+    if (!(name in uses) || (input && !uses[name].input)) {
+      uses[name] = { id, input, from: path.basename(file) };
+    }
   }
   const description = /"description":"((?:[^"\\]|\\.)*)"\}/.exec(bytes);
   if (description) shellDescription = JSON.parse('"' + description[1] + '"');
@@ -97,12 +99,15 @@ function runningCommand() {
 }
 // The running command's own call as the CLI's hook reports it.
 let shellInput = uses["exec_command"] ? { command: shellUse.input.cmd } : shellUse.input;
+let shellFrom = "record";
 if (!shellInput || typeof shellInput.command !== "string") {
   shellInput = { command: runningCommand() };
+  shellFrom = "argv";
   if (shellDescription !== undefined) shellInput.description = shellDescription;
 }
 console.log("REAL " + JSON.stringify({
-  notify: notifyId, bash: bashId, user: os.userInfo().username, shellInput: Object.keys(shellInput),
+  notify: notifyId, bash: bashId, user: os.userInfo().username,
+  from: notifyUse.from || "the JSON-lines session record", shellFrom,
 }));
 
 async function post(where, body, headers) {

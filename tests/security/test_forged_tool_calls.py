@@ -207,6 +207,8 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
         expected |= {"plugin-pre-real-host-again", "mcp-no-id-announced", "plugin-session-start"}
         expected |= {"plugin-pre-real-host-primed"}
     assert set(attacks) == expected, sorted(attacks)
+    if opencode:  # found by scanning the SQLite database's bytes (the file or its WAL)
+        assert real["from"].startswith("opencode.db"), real
     if cli.host_folder:
         # The hardened mode, no opt-in: the CLI and its shell run as the agent user.
         wanted = h.env.get("DURABLE_HARNESS_AGENT_USER", AgentUserSettings().agent_user)
@@ -280,7 +282,8 @@ def test_forged_host_tool_calls_and_hook_events_are_refused(h: Harness, cli: Cli
         refused += len(OPENCODE_DENIED) + len(OPENCODE_MCP_REFUSED)
     ignored = 2 if opencode else 1  # a PostToolUse for a host tool; a SessionStart
     print(
-        f"\nforged ({cli.agent}, {'host folder' if cli.host_folder else 'docker'}): "
+        f"\nforged ({cli.agent}, {'host folder' if cli.host_folder else 'docker'}; ids from "
+        f"{real['from']}, the running command's input from its {real['shellFrom']}): "
         f"{refused} refused, {ignored} ignored, "
         + (f"{allowed} host-tool announcements allowed, " if allowed else "")
         + f"{answered} answered from the journal; notify ran twice, as asked; {seconds:.1f}s"
