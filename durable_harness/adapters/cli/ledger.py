@@ -130,6 +130,12 @@ class ToolLedger:
             self._claimed |= ids
             return True
 
+    def claimed(self, tool_use_id: str) -> bool:
+        """Whether ``tool_use_id`` (or another id of the same call) was claimed in this
+        worker: a call already served here."""
+        with self._lock:
+            return bool(self._same.get(tool_use_id, frozenset({tool_use_id})) & self._claimed)
+
     def same_call(self, tool_use_id: str) -> frozenset[str]:
         """Every id under which the model's call ``tool_use_id`` may be presented (itself
         included): a step journaled under any of them is this call's."""

@@ -5,9 +5,16 @@ remote MCP server named ``durable-harness`` and names its tools ``durable-harnes
 Unlike Claude Code, it does not send the model's tool_use id with ``tools/call``, but the
 journaling plugin's ``tool.execute.before`` runs first and carries it (``callID``). So
 :class:`CallIds` remembers, per ``(tool, arguments)``, the call ids the plugin announced,
-and :class:`OpenCodeHostTools` gives the oldest unclaimed one to the MCP call with the
-same tool and arguments: the step is keyed ``tool:<callID>`` as every other tool call,
+and :class:`OpenCodeHostTools` gives the oldest one not yet served to the MCP call with
+the same tool and arguments: the step is keyed ``tool:<callID>`` as every other tool call,
 and journaled by :class:`~.mcp.HostToolServer` under the tool's own replay label.
+
+An announcement is only a PreToolUse, which any process holding the token can post again
+for a model-made id that already ran. Such a spent id must not take the place of a later
+call with the same arguments (that call would get the old result and never run), so a
+served id (claimed in this worker, or with an outcome in the journal) is passed over while
+a fresh one waits; it is paired only when nothing else is, and then gets its recorded
+result, never a second run.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any
 
 from durable_harness.adapters.cli.mcp import SERVER_NAME, TOOL_USE_META, HostToolServer
 from durable_harness.core.canonical import canonical_json
+from durable_harness.core.keys import tool_key
+from durable_harness.core.types import StepStatus
 
 __all__ = ["HOST_TOOL_PREFIX", "CallIds", "OpenCodeHostTools"]
 
@@ -37,10 +46,18 @@ class CallIds:
         with self._lock:
             self._pending[(name, _arguments_key(arguments))].append(call_id)
 
-    def claim(self, name: str, arguments: Any) -> str | None:
+    def claim(
+        self, name: str, arguments: Any, served: Callable[[str], bool] = lambda _: False
+    ) -> str | None:
+        """The oldest announced id for this call not ``served`` yet, else the oldest one
+        (None: nothing announced)."""
         with self._lock:
             waiting = self._pending.get((name, _arguments_key(arguments)))
-            return waiting.popleft() if waiting else None
+            if not waiting:
+                return None
+            fresh = next((i for i in waiting if not served(i)), waiting[0])
+            waiting.remove(fresh)
+            return fresh
 
     def control(
         self, inner: Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -73,10 +90,19 @@ class OpenCodeHostTools(HostToolServer):
     def call(self, params: dict[str, Any]) -> dict[str, Any]:
         meta = dict(params.get("_meta") or {})
         if not meta.get(TOOL_USE_META):
-            call_id = self.call_ids.claim(str(params.get("name") or ""), params.get("arguments"))
+            name, arguments = str(params.get("name") or ""), params.get("arguments")
+            call_id = self.call_ids.claim(name, arguments, self._served)
             if call_id is not None:
                 meta[TOOL_USE_META] = call_id
         return super().call({**params, "_meta": meta})
+
+    def _served(self, call_id: str) -> bool:
+        """Whether the call ``call_id`` was already served: claimed in this worker, or
+        finished in the journal (by this worker or an earlier one)."""
+        if self.ledger is not None and self.ledger.claimed(call_id):
+            return True
+        recorded = self.journal.lookup(tool_key(call_id))
+        return recorded is not None and recorded.status is not StepStatus.INTENT
 
 
 def _allowed(reply: dict[str, Any]) -> bool:
