@@ -18,6 +18,9 @@ command spells what it does), in one turn per agent where they do not interfere:
   ceiling by the harness's extension and plugin; Codex's exec_command has none the
   model can set, and its command dies with the launch), the same fill, the same escapes
   (a CLI's shell tool does not kill them with the command: they die with the launch);
+* on a host folder (the built-in agent's local sandbox, Pi, OpenCode; the agent user, no
+  opt-in) the quota is RLIMIT_FSIZE on every agent process plus a watch that stops the
+  command growing the workspace past it: the folder holds at most the quota plus SLACK;
 * every turn still finishes.
 """
 
@@ -40,6 +43,7 @@ from durable_harness.adapters.cli.host import stored_input
 from durable_harness.adapters.cli.jobs import job_id
 from durable_harness.harness.journal import decode_output
 from durable_harness.sandbox.docker import DockerSandbox
+from durable_harness.sandbox.quota import tree_bytes
 from durable_harness.worlds import open_world
 
 CEILING = 4  # seconds: DURABLE_HARNESS_MAX_TOOL_TIMEOUT in these tests
@@ -438,3 +442,80 @@ def test_codex_opencode_and_pi_cannot_raise_their_limits(
             box.remove()
     # The World's snapshot of the full workspace is bounded by the quota too.
     assert _folder_bytes(h.tmp / "world") < QUOTA + (4 << 20)
+
+
+# -- host folders: the built-in agent's local sandbox, Pi and OpenCode ------------------
+
+# One file past the quota outside the workspace (RLIMIT_FSIZE stops it: SIGXFSZ), then
+# 1 MiB files into the workspace until a write fails (the quota's watch stops it).
+HOST_FILL = (
+    "o=/dev/ze; o=${o}ro; c=d; c=$c$c; "
+    '$c if=$o of="$HOME/big" bs=1M count=100000; echo "home=$?"; rm -f -- "$HOME/big"; '
+    "i=0; while [ $i -lt 100000 ]; do "
+    "$c if=$o of=part$i bs=1M count=1 2>/dev/null || break; i=$((i+1)); done; "
+    'echo "parts=$i"'
+)
+# What the watch may let through past the quota: what is written between a measurement
+# and the kill, here 1 MiB files from a shell loop on a loaded 2-CPU machine (measured: up
+# to 19 MiB for OpenCode, 6 MiB for the built-in agent, 2 MiB for Pi).
+SLACK = 32 << 20
+HOST_CLIS = {"builtin": Cli("builtin", _pi_call), **CLIS}  # its bash is spelled as Pi's
+
+
+def host_script(cli: Cli) -> str:
+    """One turn: the sleep with a 10**9 timeout, then the fill."""
+    return _chain(cli, [(SLEEP, 10**9), (HOST_FILL, None)])
+
+
+@pytest.fixture(params=["builtin", "pi", "opencode"])
+def host_harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cli, Harness]]:
+    cli = HOST_CLIS[request.param]
+    (tmp_path / "ws").mkdir()
+    script = tmp_path / "script.toml"
+    script.write_text(host_script(cli))
+    for h in make_harness(tmp_path, script):
+        # The default, hardened mode: the agent user, no opt-in.
+        h.env.pop("DURABLE_HARNESS_UNSAFE_SAME_USER", None)
+        h.env.pop("DURABLE_HARNESS_UNSAFE_HOST_AGENT", None)
+        yield cli, h
+
+
+def test_a_host_folder_holds_its_quota(host_harness: tuple[Cli, Harness]) -> None:
+    """On a host folder (no tmpfs): RLIMIT_FSIZE stops a file past the quota anywhere
+    (SIGXFSZ: "File size limit exceeded"), the quota's watch stops the command that
+    grows the workspace past it (sandbox/quota.py); the folder holds at most the quota
+    plus SLACK; the 10**9 timeout is held to the ceiling as in Docker; the turn finishes."""
+    cli, h = host_harness
+    ws = h.tmp / "ws"
+    started = time.monotonic()
+    out = h.cli("run", "--agent", cli.agent, "--workspace", str(ws), "probe the limits",
+                timeout=300, **LIMITS)  # fmt: skip
+    elapsed = time.monotonic() - started
+    held = tree_bytes(ws)
+    print(f"{cli.agent}: host-folder turn took {elapsed:.1f}s; the folder holds {held} bytes")
+    assert out.returncode == 0, out.stderr
+    ids = ids_of(out)
+    texts = _step_texts(h, ids["turn"])
+    assert out.stdout.strip().splitlines()[-1] == FINAL, texts
+    assert len(texts) == 2, texts  # the model's two calls, nothing else recorded
+    sleep, fill = texts
+    assert "after-sleep" not in sleep, sleep
+    timed_out = {
+        "builtin": f"capped at {CEILING}s",
+        "pi": f"Command timed out after {CEILING} seconds",
+        "opencode": f"exceeding timeout {CEILING * 1000} ms",
+    }
+    assert timed_out[cli.agent] in sleep, sleep
+    assert elapsed < 200, elapsed
+
+    # The file past the quota in HOME: stopped by the file-size limit.
+    # (dd on a terminal, the local sandbox's, handles SIGXFSZ and reports EFBIG; in
+    # Pi's and OpenCode's shells SIGXFSZ ends it.)
+    assert ("File too large" in fill and "home=1" in fill) or (
+        "File size limit exceeded" in fill and "home=153" in fill
+    ), fill
+    assert not any(ws.rglob("big"))
+    # The workspace: filled up to the quota, then the watch stopped the command.
+    assert QUOTA <= held <= QUOTA + SLACK, held
+    if cli.agent == "builtin":  # the local sandbox tells the model why
+        assert "DURABLE_HARNESS_MAX_WORKSPACE_BYTES" in fill, fill
