@@ -42,6 +42,7 @@ __all__ = [
     "agent_env",
     "agent_user",
     "as_agent",
+    "children",
     "descendants",
     "first_child",
     "grant_workspace",
@@ -265,9 +266,9 @@ def kill_below(root: int, timeout: float = 5.0, spare: int | None = None) -> Non
         time.sleep(0.01)
 
 
-def first_child(pid: int) -> int | None:
-    """The oldest process whose parent is ``pid`` (below a reaper: the CLI it started;
-    the orphans re-parented to it came later)."""
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``, oldest first (below a reaper: the CLI
+    it started, then the orphans re-parented to it)."""
     found: list[tuple[int, int]] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -278,6 +279,12 @@ def first_child(pid: int) -> int | None:
         except OSError:
             continue
         fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 19 and int(fields[1]) == pid:
+        if len(fields) > 19 and fields[0] != b"Z" and int(fields[1]) == pid:
             found.append((int(fields[19]), int(entry)))  # (start time, pid)
-    return min(found)[1] if found else None
+    return [child for _, child in sorted(found)]
+
+
+def first_child(pid: int) -> int | None:
+    """The oldest live child of ``pid`` (:func:`children`), or None."""
+    found = children(pid)
+    return found[0] if found else None

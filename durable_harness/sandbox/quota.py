@@ -23,6 +23,7 @@ worker's own disk use.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
 import threading
@@ -30,7 +31,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["WorkspaceWatch", "tree_bytes"]
+from durable_harness.sandbox.agent_user import children, first_child, kill_below
+
+__all__ = ["WorkspaceWatch", "stop_commands", "tell", "tree_bytes"]
 
 
 def tree_bytes(root: Path | str) -> int:
@@ -53,6 +56,50 @@ def tree_bytes(root: Path | str) -> int:
             elif stat.S_ISREG(info.st_mode):
                 total += max(info.st_size, info.st_blocks * 512)
     return total
+
+
+_SYS_PIDFD_GETFD = 438  # the same number on every Linux architecture
+
+
+def tell(pid: int, text: str) -> bool:
+    """Write ``text`` to process ``pid``'s stderr when it is a pipe or socket (a CLI's
+    shell tool reads it into the tool's result: how the model learns why its command
+    was stopped). The fd is taken from the process itself (``pidfd_getfd``, Linux 5.6),
+    so it is written with the access the agent opened it with, never reopened with the
+    worker's rights; a file there is not written at all. True if sent."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return False
+    try:
+        fd = libc.syscall(_SYS_PIDFD_GETFD, pidfd, 2, 0)
+    finally:
+        os.close(pidfd)
+    if fd < 0:
+        return False
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return False
+        os.set_blocking(fd, False)  # a full pipe must not hold the watch
+        os.write(fd, text.encode())
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def stop_commands(reaper: int, reason: str) -> None:
+    """Kill every process below the CLI's ``reaper`` but the CLI itself (its running
+    commands, what they left behind), first telling the shells the CLI started for its
+    tool calls ``reason`` (:func:`tell`), so the CLI and its turn go on and the model
+    learns why the command failed."""
+    cli = first_child(reaper)
+    for shell in children(cli) if cli is not None else []:
+        tell(shell, reason)
+    kill_below(reaper, spare=cli)
 
 
 class WorkspaceWatch:

@@ -423,9 +423,12 @@ def test_codex_opencode_and_pi_cannot_raise_their_limits(
         assert "SLEEPING=1" in check, check
     assert elapsed < 240, elapsed  # not 10**9 of anything
 
-    # (OpenCode's outcome holds the output twice: its metadata's copy too.)
     assert "/workspace/fill': No space left on device" in fill, fill
-    assert "ws=1" in fill and "home=1" in fill, fill
+    # OpenCode keeps a running command's output in its database, in HOME: once the fill
+    # of HOME has filled that volume too, the rest of the output is lost (measured: only
+    # the first dd's lines come back). The volumes themselves are checked below.
+    if cli.agent != "opencode":
+        assert "ws=1" in fill and "home=1" in fill, fill
     assert "alive-during=4" in spawn, spawn
 
     with DockerSandbox(ids["session"]) as box:
@@ -517,5 +520,6 @@ def test_a_host_folder_holds_its_quota(host_harness: tuple[Cli, Harness]) -> Non
     assert not any(ws.rglob("big"))
     # The workspace: filled up to the quota, then the watch stopped the command.
     assert QUOTA <= held <= QUOTA + SLACK, held
-    if cli.agent == "builtin":  # the local sandbox tells the model why
-        assert "DURABLE_HARNESS_MAX_WORKSPACE_BYTES" in fill, fill
+    # The model is told why: by the local sandbox's result, or through the stderr of the
+    # CLI's shell.
+    assert "past its quota" in fill and "DURABLE_HARNESS_MAX_WORKSPACE_BYTES" in fill, fill

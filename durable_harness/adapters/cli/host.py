@@ -53,13 +53,11 @@ from durable_harness.sandbox.agent_user import (
     AgentUser,
     agent_env,
     as_agent,
-    first_child,
     grant_workspace,
     hand_over,
-    kill_below,
     private_home,
 )
-from durable_harness.sandbox.quota import WorkspaceWatch
+from durable_harness.sandbox.quota import WorkspaceWatch, stop_commands
 
 if TYPE_CHECKING:
     from durable_harness.adapters.proxy.server import JournalingProxy
@@ -375,10 +373,10 @@ class _HostRun(CliRun):
             self._watch.__enter__()
 
     def _stop_commands(self) -> None:
-        cli = first_child(self.proc.pid)
-        kill_below(self.proc.pid, spare=cli)
         assert self._watch is not None
-        self._stderr.write(f"durable-harness: {self._watch.reason}\n".encode())
+        reason = f"\ndurable-harness: {self._watch.reason}\n"
+        stop_commands(self.proc.pid, reason)
+        self._stderr.write(reason.encode())
 
     def _end_watch(self) -> None:
         watch, self._watch = self._watch, None
