@@ -10,11 +10,13 @@ Two parts, because neither alone bounds the folder:
   that does not handle it), ``truncate`` past it too, so no sparse giant either;
 * :class:`WorkspaceWatch` measures the workspace while a command (the local sandbox) or a
   CLI launch (Pi, OpenCode on a host folder) runs and, once it is over the quota and
-  bigger than when the command began, calls ``stop`` (the caller kills the agent's
-  processes; a command that shrinks an oversized folder is left to run).
+  bigger than at the last measurement, calls ``stop`` (the caller kills the agent's
+  processes, :func:`stop_commands` for a CLI, telling the model why; a command that
+  shrinks an oversized folder is left to run).
 
 What it bounds: the workspace to the quota plus what the agent writes between two
 measurements (``interval``, stretched to twice a measurement's own duration on a large
+folder), once per command or launch (each starts from where the last one left the
 folder); each single file to the quota. What it does not: files outside the workspace
 in total (HOME, /tmp: each file is bounded, their number is not), a write outside any
 command (none on a host folder: the agent's processes all run during one), nor the
@@ -104,8 +106,8 @@ def stop_commands(reaper: int, reason: str) -> None:
 
 class WorkspaceWatch:
     """While entered, measures ``root`` every ``interval`` seconds; when it holds more
-    than ``quota`` bytes and more than at the start, calls ``stop()`` (once per growth
-    past the quota) and records the size in :attr:`exceeded`."""
+    than ``quota`` bytes and more than at the last measurement (or the start), calls
+    ``stop()`` and records the size in :attr:`exceeded`."""
 
     def __init__(
         self, root: Path | str, quota: int, stop: Callable[[], None], interval: float = 0.05
@@ -138,11 +140,15 @@ class WorkspaceWatch:
         )
 
     def _watch(self) -> None:
+        last = self._start
         while not self._done.is_set():
             began = time.monotonic()
             size = tree_bytes(self.root)
-            if size > self.quota and size > max(self._start, self.exceeded or 0):
+            # Growing past the quota, not merely over it: a command that removes files
+            # from an oversized folder is left to finish.
+            if size > self.quota and size > last:
                 self.exceeded = size
                 self._stop()
+            last = size
             # A large folder takes long to measure: measure at most half of the time.
             self._done.wait(max(self.interval, 2 * (time.monotonic() - began)))
