@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from durable_harness.core.errors import ConfigError
-from durable_harness.core.settings import AgentUserSettings
+from durable_harness.core.settings import AgentUserSettings, Settings
 from durable_harness.sandbox import become
 
 __all__ = [
@@ -42,7 +42,9 @@ __all__ = [
     "agent_env",
     "agent_user",
     "as_agent",
+    "children",
     "descendants",
+    "first_child",
     "grant_workspace",
     "kill_below",
     "private_home",
@@ -125,11 +127,13 @@ def agent_env(
 
 
 def as_agent(user: AgentUser | None, argv: list[str], *, reap: bool = False) -> list[str]:
-    """``argv`` run as ``user`` (through :mod:`.become`: no groups, the agent's umask; with
-    ``reap`` a subreaper, for :func:`kill_below`); under the unsafe same-user mode only the
-    umask and subreaper."""
+    """``argv`` run as ``user`` (through :mod:`.become`: no groups, the agent's umask, no
+    file larger than ``DURABLE_HARNESS_MAX_WORKSPACE_BYTES`` when set; with ``reap`` a
+    subreaper, for :func:`kill_below`); under the unsafe same-user mode all but the user."""
     uid, gid = ("-", "-") if user is None else (str(user.uid), str(user.gid))
-    flags = [uid, gid, f"{_UMASK:o}", "1" if reap else "0"]
+    quota = Settings.load().max_workspace_bytes
+    fsize = "-" if quota is None else str(quota)
+    flags = [uid, gid, f"{_UMASK:o}", "1" if reap else "0", fsize]
     return [sys.executable, "-I", "-S", become.__file__, *flags, "--", *argv]
 
 
@@ -247,15 +251,40 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def kill_below(root: int, timeout: float = 5.0) -> None:
+def kill_below(root: int, timeout: float = 5.0, spare: int | None = None) -> None:
     """SIGKILL every process below ``root`` (started through :func:`as_agent`, so a
-    ``setsid`` one is below it too) until none is left; ``root`` itself lives on."""
+    ``setsid`` one is below it too) until none is left; ``root`` itself lives on, and so
+    does ``spare`` (a CLI below its reaper, whose commands are what is killed)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pids = descendants(root)
+        pids = [pid for pid in descendants(root) if pid != spare]
         if not pids:
             return
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``, oldest first (below a reaper: the CLI
+    it started, then the orphans re-parented to it)."""
+    found: list[tuple[int, int]] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) > 19 and fields[0] != b"Z" and int(fields[1]) == pid:
+            found.append((int(fields[19]), int(entry)))  # (start time, pid)
+    return [child for _, child in sorted(found)]
+
+
+def first_child(pid: int) -> int | None:
+    """The oldest live child of ``pid`` (:func:`children`), or None."""
+    found = children(pid)
+    return found[0] if found else None

@@ -1,6 +1,8 @@
 """Start a host-folder agent's process as the agent user: ``python -I -S become.py <uid>
-<gid> <umask> <reap> -- <command> [args…]`` (standard library only; ``-`` for uid and gid
-keeps the worker's, the operator's unsafe same-user mode).
+<gid> <umask> <reap> <fsize> -- <command> [args…]`` (standard library only; ``-`` for uid
+and gid keeps the worker's, the operator's unsafe same-user mode; ``fsize`` ``-`` or the
+workspace quota in bytes, set as ``RLIMIT_FSIZE``, soft and hard, before the switch, so the
+agent cannot raise it: :mod:`.quota`).
 
 With ``reap`` 1 it makes itself a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``, kept
 across the exec), so a process the command leaves behind in a session of its own
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import shutil
 import sys
 
@@ -23,11 +26,14 @@ PR_SET_CHILD_SUBREAPER = 36
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 6 or argv[4] != "--":
-        sys.stderr.write("usage: become.py <uid|-> <gid|-> <umask> <reap> -- <command> ...\n")
+    if len(argv) < 7 or argv[5] != "--":
+        sys.stderr.write(
+            "usage: become.py <uid|-> <gid|-> <umask> <reap> <fsize|-> -- <command> ...\n"
+        )
         return 2
     uid, gid, umask, reap = argv[0], argv[1], int(argv[2], 8), argv[3] == "1"
-    command = argv[5:]
+    fsize = None if argv[4] == "-" else int(argv[4])
+    command = argv[6:]
     # Found while still the worker: after the switch nothing may be imported (the
     # worker's Python may live where the agent user cannot read, such as /root).
     path = shutil.which(command[0]) or command[0]
@@ -35,6 +41,8 @@ def main(argv: list[str]) -> int:
     if reap:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if fsize is not None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     if gid != "-":
         os.setgroups([])
         os.setresgid(int(gid), int(gid), int(gid))

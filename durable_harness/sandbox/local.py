@@ -27,7 +27,10 @@ The shell protocol, per command:
   started for the next command;
 * when a command ends (or times out) every process it started is killed, a ``setsid`` one
   too: the shell is a child subreaper (:mod:`.become`), so nothing it started can leave
-  the tree below it (:func:`.agent_user.kill_below`).
+  the tree below it (:func:`.agent_user.kill_below`);
+* with ``DURABLE_HARNESS_MAX_WORKSPACE_BYTES`` the folder is watched while a command runs
+  (:mod:`.quota`): past the quota the command's processes are killed (the shell
+  interrupted if it is what writes) and the result says why, exit code 153.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import pexpect
 
 from durable_harness.core.errors import SandboxError
 from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted, shell_text
+from durable_harness.core.settings import Settings
 from durable_harness.sandbox.agent_user import (
     agent_env,
     agent_user,
@@ -57,10 +61,13 @@ from durable_harness.sandbox.agent_user import (
     kill_below,
     private_home,
 )
+from durable_harness.sandbox.quota import WorkspaceWatch
 
 __all__ = ["LocalSandbox"]
 
 _TIMEOUT_EXIT_CODE = 124  # what GNU timeout returns, so agents recognise it
+_QUOTA_EXIT_CODE = 153  # 128 + SIGXFSZ: what a shell reports for "File size limit exceeded"
+_QUOTA_GRACE_SECONDS = 1.0
 _RESYNC_SECONDS = 2.0
 _START_SECONDS = 10.0
 
@@ -174,22 +181,61 @@ class LocalSandbox(Sandbox):
         start = re.compile(rb"__DHS_" + token.encode() + rb"\r?\n")
         end = re.compile(rb"\n__DHE_" + token.encode() + rb":(\d+)\r?\n")
         deadline = time.monotonic() + limit
-        try:
-            child.expect(start, timeout=limit)
-            child.expect(end, timeout=max(deadline - time.monotonic(), 0.0))
-        except pexpect.TIMEOUT:
-            partial = _text(child.before)
-            self._interrupt()
-            self._end_command()
-            note = f"bash: timed out after {limit:g}s; the command was stopped\n"
-            return ShellResult(_TIMEOUT_EXIT_CODE, partial + note, "", timed_out=True)
-        except pexpect.EOF:
-            output = _text(child.before)
-            status = _exit_status(child)
-            self._stop()
-            return ShellResult(status, _strip_start(output, token), "")
+        with self._watch(child.pid) as watch:
+            try:
+                child.expect(start, timeout=limit)
+                self._expect_end(child, end, deadline, watch)
+            except _OverQuota:
+                partial = _text(child.before)
+                self._interrupt()  # a loop of the shell's own builtins outlives kill_below
+                self._end_command()
+                note = f"bash: {watch.reason if watch else ''}\n"
+                return ShellResult(_QUOTA_EXIT_CODE, partial + note, "")
+            except pexpect.TIMEOUT:
+                partial = _text(child.before)
+                self._interrupt()
+                self._end_command()
+                note = f"bash: timed out after {limit:g}s; the command was stopped\n"
+                return ShellResult(_TIMEOUT_EXIT_CODE, partial + note, "", timed_out=True)
+            except pexpect.EOF:
+                output = _text(child.before)
+                status = _exit_status(child)
+                self._stop()
+                return ShellResult(status, _strip_start(output, token), "")
         self._end_command()
-        return ShellResult(int(child.match.group(1)), _text(child.before), "")
+        output = _text(child.before)
+        if watch is not None and watch.exceeded is not None:
+            output += f"\nbash: {watch.reason}\n"
+        return ShellResult(int(child.match.group(1)), output, "")
+
+    def _watch(self, shell: int) -> contextlib.AbstractContextManager[WorkspaceWatch | None]:
+        """The quota's watch over this command (:mod:`.quota`): past the quota, every
+        process below the shell is killed."""
+        quota = Settings.load().max_workspace_bytes
+        if quota is None:
+            return contextlib.nullcontext()
+        return WorkspaceWatch(self.root, quota, lambda: kill_below(shell))
+
+    @staticmethod
+    def _expect_end(
+        child: Any, end: re.Pattern[bytes], deadline: float, watch: WorkspaceWatch | None
+    ) -> None:
+        """Wait for the end marker until ``deadline`` (pexpect.TIMEOUT); _OverQuota when
+        the watch stopped the command and the shell has not ended it within a second
+        (the shell itself may be what writes)."""
+        stopped_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if watch is not None and watch.exceeded is not None:
+                stopped_at = stopped_at or now
+                if now - stopped_at > _QUOTA_GRACE_SECONDS:
+                    raise _OverQuota
+            try:
+                child.expect(end, timeout=max(min(deadline - now, 0.2), 0.0))
+                return
+            except pexpect.TIMEOUT:
+                if time.monotonic() >= deadline:
+                    raise
 
     def _end_command(self) -> None:
         """Kill what the command left running (background jobs, ``setsid`` children)."""
@@ -257,6 +303,10 @@ class LocalSandbox(Sandbox):
         self._stop()
         shutil.rmtree(self._scratch, ignore_errors=True)
         shutil.rmtree(self._home, ignore_errors=True)
+
+
+class _OverQuota(Exception):
+    """The quota's watch stopped the command (:meth:`LocalSandbox._expect_end`)."""
 
 
 def _text(data: Any) -> str:

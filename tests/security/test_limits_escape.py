@@ -13,15 +13,25 @@ command spells what it does), in one turn per agent where they do not interfere:
   Code, a ``setsid`` squatter that listens on the ports the old scheme derived for its
   own launch and the next one dies with the launch, and the next launch's bridge, at a
   random port stored in its plan, never talks to it;
+* Codex, OpenCode and Pi in Docker, one turn each through the CLI's own shell tool, the
+  commands base64-wrapped: the same sleep (Pi's and OpenCode's timeouts are held to the
+  ceiling by the harness's extension and plugin; Codex's exec_command has none the
+  model can set, and its command dies with the launch), the same fill, the same escapes
+  (a CLI's shell tool does not kill them with the command: they die with the launch);
+* on a host folder (the built-in agent's local sandbox, Pi, OpenCode; the agent user, no
+  opt-in) the quota is RLIMIT_FSIZE on every agent process plus a watch that stops the
+  command growing the workspace past it: the folder holds at most the quota plus SLACK;
 * every turn still finishes.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +43,7 @@ from durable_harness.adapters.cli.host import stored_input
 from durable_harness.adapters.cli.jobs import job_id
 from durable_harness.harness.journal import decode_output
 from durable_harness.sandbox.docker import DockerSandbox
+from durable_harness.sandbox.quota import tree_bytes
 from durable_harness.worlds import open_world
 
 CEILING = 4  # seconds: DURABLE_HARNESS_MAX_TOOL_TIMEOUT in these tests
@@ -281,3 +292,234 @@ def test_claude_codes_squatter_dies_with_its_launch(claude: Harness) -> None:
             assert "GOT" not in log, log  # no bridge ever talked to the squatter
         finally:
             box.remove()
+
+
+# -- Codex, OpenCode and Pi: each CLI's own shell tool, its own timeout parameter -------
+
+SLEEPING = (
+    'echo "SLEEPING=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " " '
+    "| grep -o 'sleep 10000[0]' | wc -l)\"; "
+)
+
+
+def _wrapped(command: str) -> str:
+    """``command`` base64-wrapped: no command screening of the CLI can read it."""
+    encoded = base64.b64encode(command.encode()).decode()
+    return f"echo {encoded} | base64 -d | bash"
+
+
+@dataclass(frozen=True)
+class Cli:
+    agent: str
+    #: A tool_use of the CLI's shell tool running ``command``, asking for ``timeout``
+    #: (the CLI's own parameter and unit) or the CLI's default with None.
+    call: Callable[[str, int | None], str]
+
+
+def _codex_call(command: str, timeout: int | None) -> str:
+    # Codex's exec_command has no timeout: yield_time_ms is how long the call waits for
+    # output before it returns, leaving the command running in a Codex session.
+    fields = f"cmd = {_s(command)}, yield_time_ms = {timeout or 60000}"
+    return f'{{ name = "exec_command", input = {{ {fields} }} }}'
+
+
+def _opencode_call(command: str, timeout: int | None) -> str:
+    extra: dict[str, Any] = {"description": "run"}
+    if timeout is not None:
+        extra["timeout"] = timeout  # milliseconds
+    return _tool("bash", command, **extra)
+
+
+def _pi_call(command: str, timeout: int | None) -> str:
+    return _tool("bash", command, **({} if timeout is None else {"timeout": timeout}))
+
+
+CLIS = {
+    "codex": Cli("codex", _codex_call),
+    "opencode": Cli("opencode", _opencode_call),
+    "pi": Cli("pi", _pi_call),
+}
+
+
+def _chain(cli: Cli, calls: list[tuple[str, int | None]]) -> str:
+    """A script making ``cli`` run ``calls`` (command, timeout) one after the other,
+    each base64-wrapped, then reply FINAL. The next call is keyed on the last one's
+    command being in the conversation, not on its output (a killed command has none)."""
+    wrapped = [_wrapped(command) for command, _ in calls]
+    rules = [
+        '[[rule]]\nname = "title"\nwhen.system = "You are a title generator"\n'
+        'reply.text = "Limits"\n',
+        f'[[rule]]\nname = "final"\nwhen.conversation = "{wrapped[-1][5:45]}"\n'
+        f'reply.text = "{FINAL}"\n',
+    ]
+    for i in range(len(calls) - 1, -1, -1):
+        when = f'when.conversation = "{wrapped[i - 1][5:45]}"\n' if i else ""
+        call = cli.call(wrapped[i], calls[i][1])
+        rules.append(f'[[rule]]\nname = "call{i}"\n{when}reply.tool_use = [ {call} ]\n')
+    return "\n".join(rules)
+
+
+def cli_script(cli: Cli) -> str:
+    """One turn: the sleep with a 10**9 timeout, the disk fill, the escapes, the check."""
+    return _chain(cli, [(SLEEP, 10**9), (FILL, None), (SPAWN, None), (SLEEPING + CHECK, None)])
+
+
+@pytest.fixture(params=list(CLIS))
+def cli_harness(
+    request: pytest.FixtureRequest, docker_host: str, tmp_path: Path
+) -> Iterator[tuple[Cli, Harness]]:
+    cli = CLIS[request.param]
+    script = tmp_path / "script.toml"
+    script.write_text(cli_script(cli))
+    for h in make_harness(tmp_path, script):
+        h.env["OPENAI_BASE_URL"] = h.server.url  # Codex speaks the Responses API
+        h.env.pop("OPENAI_API_KEY", None)
+        yield cli, h
+
+
+def _step_texts(h: Harness, turn_id: str) -> list[str]:
+    """Each tool step's recorded outcome, as JSON text, in the order they ran."""
+    with open_world("local", data_dir=h.tmp / "world") as world:
+        return [
+            json.dumps(decode_output(world, s))
+            for s in world.load_steps(turn_id)
+            if s.kind == "tool"
+        ]
+
+
+def test_codex_opencode_and_pi_cannot_raise_their_limits(
+    cli_harness: tuple[Cli, Harness],
+) -> None:
+    """Pi's bash timeout (seconds) has no default and no bound, OpenCode's (ms) a 2-minute
+    default and no bound: the harness's extension and plugin hold each to the operator's
+    ceiling before the tool runs (the journal keeps the model's own input), so the
+    10**9 s (Pi) and 10**9 ms (OpenCode) sleeps are stopped at the ceiling by the CLI
+    itself. Codex's exec_command has no timeout the model can set: ``yield_time_ms``
+    only says how long the call waits before it returns with the command left running
+    in a Codex session; what bounds that command is the launch: it is killed with
+    everything else of the launch when the turn's CLI exits. The disk fill fails with
+    ENOSPC at the quota on both volumes; the escaping processes, which a CLI's own shell
+    tool does not kill with the command, die with the launch."""
+    cli, h = cli_harness
+    started = time.monotonic()
+    out = h.cli(
+        "run", "--agent", cli.agent, "--workspace", "docker", "--max-model-calls", "12",
+        "probe the limits", timeout=400, **LIMITS,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    print(f"{cli.agent}: limits turn took {elapsed:.1f}s")
+    assert out.returncode == 0, out.stderr
+    ids = ids_of(out)
+    texts = _step_texts(h, ids["turn"])
+    assert out.stdout.strip().splitlines()[-1] == FINAL, texts  # the turn finished
+    assert len(texts) == 4, texts  # the model's four calls, nothing else recorded
+    sleep, fill, spawn, check = texts
+    assert "after-sleep" not in sleep, sleep
+    if cli.agent == "pi":
+        assert f"Command timed out after {CEILING} seconds" in sleep, sleep
+    elif cli.agent == "opencode":
+        assert f"exceeding timeout {CEILING * 1000} ms" in sleep, sleep
+    else:  # Codex: the call came back, the sleep left running in a Codex session
+        assert "SLEEPING=1" in check, check
+    assert elapsed < 240, elapsed  # not 10**9 of anything
+
+    assert "/workspace/fill': No space left on device" in fill, fill
+    # OpenCode keeps a running command's output in its database, in HOME: once the fill
+    # of HOME has filled that volume too, the rest of the output is lost (measured: only
+    # the first dd's lines come back). The volumes themselves are checked below.
+    if cli.agent != "opencode":
+        assert "ws=1" in fill and "home=1" in fill, fill
+    assert "alive-during=4" in spawn, spawn
+
+    with DockerSandbox(ids["session"]) as box:
+        try:
+            assert box.bash("stat -c %s /workspace/fill").stdout == f"{QUOTA}\n"
+            # The launch is over: nothing it started is left, squatters and sleep alike.
+            left = box.bash(
+                "cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c -e '[s]q2at' -e 'sleep 10000[0]'"
+            )
+            assert left.stdout.strip() == "0", left
+            alive = box.bash("(echo > /dev/tcp/127.0.0.1/31337) 2>/dev/null && echo ALIVE")
+            assert "ALIVE" not in alive.stdout, alive
+        finally:
+            box.remove()
+    # The World's snapshot of the full workspace is bounded by the quota too.
+    assert _folder_bytes(h.tmp / "world") < QUOTA + (4 << 20)
+
+
+# -- host folders: the built-in agent's local sandbox, Pi and OpenCode ------------------
+
+# One file past the quota outside the workspace (RLIMIT_FSIZE stops it: SIGXFSZ), then
+# 1 MiB files into the workspace until a write fails (the quota's watch stops it).
+HOST_FILL = (
+    "o=/dev/ze; o=${o}ro; c=d; c=$c$c; "
+    '$c if=$o of="$HOME/big" bs=1M count=100000; echo "home=$?"; rm -f -- "$HOME/big"; '
+    "i=0; while [ $i -lt 100000 ]; do "
+    "$c if=$o of=part$i bs=1M count=1 2>/dev/null || break; i=$((i+1)); done; "
+    'echo "parts=$i"'
+)
+# What the watch may let through past the quota: what is written between a measurement
+# and the kill, here 1 MiB files from a shell loop on a loaded 2-CPU machine (measured: up
+# to 19 MiB for OpenCode, 6 MiB for the built-in agent, 2 MiB for Pi).
+SLACK = 32 << 20
+HOST_CLIS = {"builtin": Cli("builtin", _pi_call), **CLIS}  # its bash is spelled as Pi's
+
+
+def host_script(cli: Cli) -> str:
+    """One turn: the sleep with a 10**9 timeout, then the fill."""
+    return _chain(cli, [(SLEEP, 10**9), (HOST_FILL, None)])
+
+
+@pytest.fixture(params=["builtin", "pi", "opencode"])
+def host_harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cli, Harness]]:
+    cli = HOST_CLIS[request.param]
+    (tmp_path / "ws").mkdir()
+    script = tmp_path / "script.toml"
+    script.write_text(host_script(cli))
+    for h in make_harness(tmp_path, script):
+        # The default, hardened mode: the agent user, no opt-in.
+        h.env.pop("DURABLE_HARNESS_UNSAFE_SAME_USER", None)
+        h.env.pop("DURABLE_HARNESS_UNSAFE_HOST_AGENT", None)
+        yield cli, h
+
+
+def test_a_host_folder_holds_its_quota(host_harness: tuple[Cli, Harness]) -> None:
+    """On a host folder (no tmpfs): RLIMIT_FSIZE stops a file past the quota anywhere
+    (SIGXFSZ: "File size limit exceeded"), the quota's watch stops the command that
+    grows the workspace past it (sandbox/quota.py); the folder holds at most the quota
+    plus SLACK; the 10**9 timeout is held to the ceiling as in Docker; the turn finishes."""
+    cli, h = host_harness
+    ws = h.tmp / "ws"
+    started = time.monotonic()
+    out = h.cli("run", "--agent", cli.agent, "--workspace", str(ws), "probe the limits",
+                timeout=300, **LIMITS)  # fmt: skip
+    elapsed = time.monotonic() - started
+    held = tree_bytes(ws)
+    print(f"{cli.agent}: host-folder turn took {elapsed:.1f}s; the folder holds {held} bytes")
+    assert out.returncode == 0, out.stderr
+    ids = ids_of(out)
+    texts = _step_texts(h, ids["turn"])
+    assert out.stdout.strip().splitlines()[-1] == FINAL, texts
+    assert len(texts) == 2, texts  # the model's two calls, nothing else recorded
+    sleep, fill = texts
+    assert "after-sleep" not in sleep, sleep
+    timed_out = {
+        "builtin": f"capped at {CEILING}s",
+        "pi": f"Command timed out after {CEILING} seconds",
+        "opencode": f"exceeding timeout {CEILING * 1000} ms",
+    }
+    assert timed_out[cli.agent] in sleep, sleep
+    assert elapsed < 200, elapsed
+
+    # The file past the quota in HOME: stopped by the file-size limit.
+    # (dd on a terminal, the local sandbox's, handles SIGXFSZ and reports EFBIG; in
+    # Pi's and OpenCode's shells SIGXFSZ ends it.)
+    assert ("File too large" in fill and "home=1" in fill) or (
+        "File size limit exceeded" in fill and "home=153" in fill
+    ), fill
+    assert not any(ws.rglob("big"))
+    # The workspace: filled up to the quota, then the watch stopped the command.
+    assert QUOTA <= held <= QUOTA + SLACK, held
+    # The model is told why: by the local sandbox's result, or through the stderr of the
+    # CLI's shell.
+    assert "past its quota" in fill and "DURABLE_HARNESS_MAX_WORKSPACE_BYTES" in fill, fill

@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 from durable_harness.adapters.cli import hook_client, reaper
 from durable_harness.core.errors import ConfigError, LeaseLost
 from durable_harness.core.keys import BLOB_PREFIX, is_launch_key
+from durable_harness.core.settings import Settings
 from durable_harness.core.types import Step
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
@@ -56,6 +57,7 @@ from durable_harness.sandbox.agent_user import (
     hand_over,
     private_home,
 )
+from durable_harness.sandbox.quota import WorkspaceWatch, stop_commands
 
 if TYPE_CHECKING:
     from durable_harness.adapters.proxy.server import JournalingProxy
@@ -324,7 +326,8 @@ class HostCliHost(CliHost):
             self._granted = True
         hand_over(self.user, str(home))
         env = agent_env(str(home), self.user, launch.env)
-        return _HostRun(self._as_agent(launch.argv), launch.stdin, self.workspace, env)
+        quota = Settings.load().max_workspace_bytes
+        return _HostRun(self._as_agent(launch.argv), launch.stdin, self.workspace, env, quota)
 
     def _as_agent(self, argv: list[str]) -> list[str]:
         # The worker's own uid (the developer opt-in, the unsafe same-user mode): as is.
@@ -341,7 +344,14 @@ class HostCliHost(CliHost):
 
 
 class _HostRun(CliRun):
-    def __init__(self, argv: list[str], stdin: bytes, cwd: str, env: dict[str, str]) -> None:
+    """The CLI under its reaper; with ``quota`` (the operator's
+    ``DURABLE_HARNESS_MAX_WORKSPACE_BYTES``) the workspace is watched while it runs
+    (:mod:`durable_harness.sandbox.quota`): past the quota every process below the reaper
+    but the CLI is killed, so the running command fails and the CLI, its turn, go on."""
+
+    def __init__(
+        self, argv: list[str], stdin: bytes, cwd: str, env: dict[str, str], quota: int | None
+    ) -> None:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed in stderr_tail)
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", reaper.__file__, str(os.getpid()), "--", *argv],
@@ -357,12 +367,29 @@ class _HostRun(CliRun):
             self.proc.stdin.write(stdin)
             self.proc.stdin.close()
         self._lines = _pump(self.proc.stdout)
+        self._watch: WorkspaceWatch | None = None
+        if quota is not None:
+            self._watch = WorkspaceWatch(cwd, quota, self._stop_commands)
+            self._watch.__enter__()
+
+    def _stop_commands(self) -> None:
+        assert self._watch is not None
+        reason = f"\ndurable-harness: {self._watch.reason}\n"
+        stop_commands(self.proc.pid, reason)
+        self._stderr.write(reason.encode())
+
+    def _end_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.__exit__(None, None, None)
 
     def output(self) -> queue.Queue[Line]:
         return self._lines
 
     def wait(self) -> int:
-        return self.proc.wait()
+        status = self.proc.wait()
+        self._end_watch()
+        return status
 
     def stderr_tail(self) -> str:
         self._stderr.seek(0)
@@ -371,6 +398,7 @@ class _HostRun(CliRun):
         return text
 
     def kill(self) -> None:
+        self._end_watch()
         if self.proc.poll() is None:
             self.proc.terminate()  # the reaper kills the CLI and everything it started
             try:

@@ -213,6 +213,9 @@ def _launch(ctx: LaunchContext, endpoint: str) -> CliLaunch:
     if ctx.session is not None:
         argv += ["--session", ctx.session]
     argv += ["--", ctx.plan.message]
+    # The plugin holds the bash tool's timeout to it (read from the CLI's environment,
+    # which nothing in the sandbox can change, unlike the files of its HOME).
+    env["DURABLE_HARNESS_MAX_TOOL_TIMEOUT"] = f"{ctx.run.settings.max_tool_timeout:g}"
     return CliLaunch(ctx.job, argv, env, b"", files)
 
 

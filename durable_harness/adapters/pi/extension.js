@@ -20,6 +20,12 @@
 // worker, so a request whose connection failed (the worker died) is sent again until a
 // new worker answers (every hook is idempotent on the journal), for up to ten minutes.
 //
+// * the bash tool's timeout (seconds; Pi has no default: a command would run for ever) is
+//   held to the operator's ceiling, DURABLE_HARNESS_MAX_TOOL_TIMEOUT in the CLI's
+//   environment, read once at load (the endpoint file is in a HOME that code in the
+//   sandbox can rewrite; the CLI's environment it cannot). The journal keeps the model's
+//   own input: the hooks post it, not the capped copy Pi runs.
+//
 // The endpoint file ({url, token, hostTools, hostToolPrefix, retry}) lives in the
 // launch's private HOME; its path comes in DURABLE_HARNESS_PI_ENDPOINT. Plain JavaScript
 // (Pi loads it with jiti), no imports beyond Node's own.
@@ -51,8 +57,18 @@ async function send(endpoint, url, init) {
   }
 }
 
+const CEILING_ENV = "DURABLE_HARNESS_MAX_TOOL_TIMEOUT";
+
+// The ceiling in seconds, or undefined when the harness set none.
+function loadCeiling() {
+  const value = Number(process.env[CEILING_ENV]);
+  return Number.isFinite(value) && value > 0 ? value : undefined;
+}
+
 export default function durableHarness(pi) {
   const endpoint = loadEndpoint();
+  const ceiling = loadCeiling();
+  const asked = new Map(); // toolCallId -> the model's own input, for PostToolUse
   const hostTools = new Set((endpoint.hostTools || []).map((t) => t.name));
 
   async function post(event, payload) {
@@ -95,6 +111,11 @@ export default function durableHarness(pi) {
     }
     const decision = (reply && reply.hookSpecificOutput) || {};
     if (decision.permissionDecision === "allow") {
+      if (event.toolName === "bash" && ceiling !== undefined && event.input) {
+        asked.set(event.toolCallId, JSON.parse(JSON.stringify(event.input)));
+        const timeout = Number(event.input.timeout);
+        if (!(timeout > 0 && timeout <= ceiling)) event.input.timeout = ceiling;
+      }
       return undefined;
     }
     return {
@@ -112,7 +133,7 @@ export default function durableHarness(pi) {
       reply = await post("PostToolUse", {
         hook_event_name: "PostToolUse",
         tool_name: event.toolName,
-        tool_input: event.input,
+        tool_input: asked.get(event.toolCallId) ?? event.input,
         tool_use_id: event.toolCallId,
         tool_response: { content: event.content, isError: Boolean(event.isError) },
       });

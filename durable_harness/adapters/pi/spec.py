@@ -166,6 +166,8 @@ def _launch(ctx: LaunchContext, url: str) -> CliLaunch:
         "TERM": "dumb",
         "PI_OFFLINE": "1",  # no update checks or other startup traffic
         ENDPOINT_ENV: f"{home}/{_AGENT_DIR}/{_ENDPOINT_FILE}",
+        # The extension holds the bash tool's timeout to it (Pi's own has no default).
+        "DURABLE_HARNESS_MAX_TOOL_TIMEOUT": f"{ctx.run.settings.max_tool_timeout:g}",
     }
     # The message on stdin, not argv: a prompt can look like a flag or an @file.
     return CliLaunch(ctx.job, argv, env, ctx.plan.message.encode(), files)
