@@ -30,13 +30,14 @@ def test_the_watch_stops_growth_past_the_quota_and_leaves_a_shrinking_folder(
 ) -> None:
     writer = subprocess.Popen(
         [sys.executable, "-c", "import time\nfor i in range(10**6):\n"
-         f"    open({str(tmp_path)!r} + f'/f{{i}}', 'wb').write(b'x' * {MIB}); time.sleep(0.005)"],
+         f"    open({str(tmp_path)!r} + f'/f{{i}}', 'wb').write(b'x' * {MIB}); time.sleep(0.05)"],
     )  # fmt: skip
     with WorkspaceWatch(tmp_path, 8 * MIB, writer.kill) as watch:
         assert writer.wait(timeout=30) != 0  # killed by the watch
     assert watch.exceeded is not None and watch.exceeded > 8 * MIB
     assert "DURABLE_HARNESS_MAX_WORKSPACE_BYTES" in watch.reason
-    assert tree_bytes(tmp_path) < 8 * MIB + 8 * MIB
+    # At 20 MiB/s, what a loaded machine writes between two measurements and the kill.
+    assert tree_bytes(tmp_path) < 8 * MIB + 16 * MIB
 
     stopped: list[int] = []
     with WorkspaceWatch(tmp_path, 8 * MIB, lambda: stopped.append(1)):
