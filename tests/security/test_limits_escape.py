@@ -227,8 +227,13 @@ reply.text = "{FINAL}"
 
 [[rule]]
 name = "squat"
-when.last_tool_name = "Bash"
+when.conversation = "home=1"
 reply.tool_use = [ {_tool("Bash", SQUAT, description="serve")} ]
+
+[[rule]]
+name = "fill"
+when.last_tool_name = "Bash"
+reply.tool_use = [ {_tool("Bash", FILL, description="store", timeout=60000)} ]
 
 [[rule]]
 name = "sleep"
@@ -271,10 +276,15 @@ def test_claude_codes_squatter_dies_with_its_launch(claude: Harness) -> None:
         steps = world.load_steps(turn)
         waited = next(s for s in steps if s.kind == "tool" and "eep" in (s.input or ""))
         assert f"timed out after {CEILING}s" in json.dumps(decode_output(world, waited))
+        filled = next(s for s in steps if s.kind == "tool" and "count=100000" in (s.input or ""))
+        fill = json.dumps(decode_output(world, filled))
+    # The fill failed with ENOSPC at the quota on both volumes (the workspace and HOME).
+    assert "/workspace/fill': No space left on device" in fill and "home=1" in fill, fill
     port = _launch_port(h, turn)
     assert isinstance(port, int) and port != bridge_port(job_id(turn, 0))
     with DockerSandbox(ids["session"]) as box:
         try:
+            assert box.bash("stat -c %s /workspace/fill").stdout == f"{QUOTA}\n"
             log = (box.read_bytes("/tmp/sq.log") or b"").decode()
             # It was up, listening where the old scheme would have put the bridges.
             assert f"LISTEN {bridge_port(job_id(turn, 1))}" in log, log
