@@ -1,9 +1,10 @@
 # ruff: noqa: E501  (the fake model script keeps one rule per line)
-"""Escape tests of the journaling proxy, from inside: each of the four CLIs (Claude Code,
-Codex, OpenCode, Pi) in the Docker sandbox, one scripted turn each, the CLI's own shell
-tool running a script the model sent base64-encoded (so no command screening can read
-it), which finds the proxy's per-launch token and URL as any
-process in the container can (the CLI's environment, ``/proc/*/environ``, the launch's
+"""Escape tests of the journaling proxy and its listeners, from inside: each of the four
+CLIs (Claude Code, Codex, OpenCode, Pi) in the Docker sandbox, and Pi and OpenCode on a
+host folder (the default, hardened mode: the agent user, no opt-in set), one scripted turn
+each, the CLI's own shell tool running a script the model sent base64-encoded (so no
+command screening can read it), which finds the proxy's per-launch token and URL as any
+process in the sandbox can (the CLI's environment, ``/proc/*/environ``, the launch's
 HOME) and sends 14 model requests the CLI did not make, in the CLI's own API: another
 model, a huge ``max_tokens`` (and thinking budget), provider-side tools (web search and
 fetch, code execution, MCP, file search), a foreign beta or another account scope, state
@@ -12,8 +13,19 @@ provider would fetch from a URL, unknown paths, another API's path; then, in a C
 Code turn with a budget of two model calls, one call past it.
 
 Each is refused with the proxy's reason; the fake model's request log shows none of them
-(every request it received is one the CLI made, or the one in-budget call); the first
-turns finish with their scripted reply, the budget's turn ends failed with its reason.
+(every request it received is one the CLI made, or the one in-budget call); the journal
+holds the model's one tool call; the first turns finish with their scripted reply, the
+budget's turn ends failed with its reason.
+
+In the same turn, Claude Code in Docker and both host-folder CLIs also run
+``listener_attack.js`` against every listener the process can reach (in Docker the
+launch's bridge on ``127.0.0.1`` and the run folder's unix socket it relays to; on a host
+folder the proxy on loopback): malformed and oversize framings, wrong, missing and
+non-ASCII tokens on the model, hook and ``/mcp`` paths, slow headers and bodies; each is
+refused (400, 401, 408, 413, or closed) without a traceback, and an authenticated request
+right after it is answered. Then 250 idle connections are held while authenticated
+requests are answered; each is closed by the far end within the read timeout, and the
+worker's thread count, sampled through the turn, stays bounded (no thread per connection).
 """
 
 from __future__ import annotations
