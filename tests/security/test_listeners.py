@@ -361,6 +361,10 @@ def test_the_relay_bounds_its_connections_and_their_silence(tmp_path: Path) -> N
         ).start()
         data, expected = target.good()
         assert _ask_unix(path, data) == expected
+        # A body the proxy refuses half-way: its 413 still reaches the client.
+        head = b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        chunks = (b"4000\r\n" + b"x" * 0x4000 + b"\r\n") * (MAX_BODY // 0x4000 + 2)
+        assert _ask_unix(path, head + chunks) == 413
         threads_before = threading.active_count()
         idle = []
         try:

@@ -127,16 +127,18 @@ class UnixRelay:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             up_writer.write(first)
-            pipes = [
-                asyncio.ensure_future(_pipe(reader, up_writer)),
-                asyncio.ensure_future(_pipe(up_reader, writer)),
-            ]
-            # Either side ending ends both, as a dropped connection would.
+            to_up = asyncio.ensure_future(_pipe(reader, up_writer))
+            to_client = asyncio.ensure_future(_pipe(up_reader, writer))
             try:
-                await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([to_up, to_client], return_when=asyncio.FIRST_COMPLETED)
+                if to_up.done() and not to_up.result() and not to_client.done():
+                    # The proxy stopped reading (it refused a body half-way): what it
+                    # answered still reaches the client.
+                    await asyncio.wait([to_client], timeout=self.read_timeout)
             finally:
-                for pipe in pipes:
-                    pipe.cancel()
+                # Otherwise either side ending ends both, as a dropped connection would.
+                to_up.cancel()
+                to_client.cancel()
         except (OSError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -160,8 +162,17 @@ class UnixRelay:
         self._listener.close()
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError):
-        while data := await source.read(_CHUNK):
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> bool:
+    """Copy until ``source`` ends (True) or ``sink`` stops taking bytes (False)."""
+    while True:
+        try:
+            data = await source.read(_CHUNK)
+        except OSError:
+            return True
+        if not data:
+            return True
+        try:
             sink.write(data)
             await sink.drain()
+        except OSError:
+            return False
