@@ -4,7 +4,7 @@
 // launch's bridge on 127.0.0.1 and the run folder's unix socket behind it; on a host
 // folder the proxy on loopback), each followed by an authenticated request that must
 // still be served; then 250 idle connections held beside authenticated requests.
-// module.exports(endpoint, wire, maxBody, readTimeoutMs) -> the results, as JSON data.
+// module.exports(endpoint, wire, maxBody, readTimeoutMs, maxConnections) -> the results.
 const net = require('net');
 const fs = require('fs');
 
@@ -38,8 +38,11 @@ function whole(raw) {
 }
 
 // Send `data` (a byte every `perByteMs` if given), then `then` without waiting for it to
-// be taken; the answer read until the listener closes, or `wait` ms.
-function exchange(target, data, {perByteMs = 0, then = null, wait = 30000} = {}) {
+// be taken, then `pieces` one at a time as the socket takes them, stopping once an answer
+// starts (a refusal mid-body is read before more is sent: sent bytes the listener never
+// reads make its close a reset, which could beat the answer); the answer read until the
+// listener closes, or `wait` ms.
+function exchange(target, data, {perByteMs = 0, then = null, pieces = [], wait = 30000} = {}) {
   return new Promise((resolve) => {
     const started = Date.now();
     const chunks = [];
@@ -74,11 +77,15 @@ function exchange(target, data, {perByteMs = 0, then = null, wait = 30000} = {})
         sock.write(data);
       }
       if (then && !done) sock.write(then);
+      for (const piece of pieces) {
+        if (done || chunks.length) return;
+        if (!sock.write(piece)) await new Promise((go) => sock.once('drain', go));
+      }
     });
   });
 }
 
-module.exports = async function attack(ep, wire, maxBody, readTimeoutMs) {
+module.exports = async function attack(ep, wire, maxBody, readTimeoutMs, maxConnections) {
   const url = new URL(ep.url);
   const bridge = {name: fs.existsSync(SOCKET) ? 'bridge' : 'proxy',
                   host: url.hostname, port: Number(url.port)};
@@ -105,8 +112,10 @@ module.exports = async function attack(ep, wire, maxBody, readTimeoutMs) {
     'minus-one-chunk': [Buffer.concat([chunked, Buffer.from('-1\r\n{}\r\n0\r\n\r\n')]), [400]],
     'non-number-content-length': [Buffer.concat([head, Buffer.from('Content-Length: 1e3\r\n\r\n')]), [400]],
     'oversize-content-length': [Buffer.concat([head, Buffer.from(`Content-Length: ${maxBody + 1}\r\n\r\n`)]), [413], Buffer.alloc(4096, 'x')],
-    'oversize-chunked-body': [Buffer.concat([chunked, ...Array(many).fill(chunk)]), [413]],
-    'endless-chunk': [Buffer.concat([chunked, Buffer.from('fffffffffff\r\n'), Buffer.alloc(maxBody + 1, 'x')]), [413]],
+    // Refused half-way through the body: the bytes in flight that the listener never
+    // reads make its close a reset, which can overtake its 413.
+    'oversize-chunked-body': [chunked, [413, null], null, Array(many).fill(chunk)],
+    'endless-chunk': [Buffer.concat([chunked, Buffer.from('fffffffffff\r\n')]), [413, null], null, Array(many).fill(Buffer.alloc(0x4000, 'x'))],
     'non-ascii-model-token': [request('POST', path, auth(NON_ASCII), json), [401]],
     'wrong-model-token': [request('POST', path, auth('sk-not-the-token'), json), [401]],
     'no-model-token': [request('POST', path, {}, json), [401]],
@@ -115,7 +124,7 @@ module.exports = async function attack(ep, wire, maxBody, readTimeoutMs) {
     'non-ascii-mcp-token': [request('POST', '/mcp', {authorization: Buffer.concat([Buffer.from('Bearer '), NON_ASCII])}, '{}'), [401]],
     'wrong-mcp-token': [request('POST', '/mcp', {authorization: 'Bearer not-the-token'}, '{}'), [401]],
   };
-  const out = {targets: {}, readTimeoutMs};
+  const out = {targets: {}, readTimeoutMs, maxConnections};
   for (const target of targets) {
     const results = [];
     // Slow clients meanwhile: headers, then a body, a byte at a time.
@@ -123,8 +132,8 @@ module.exports = async function attack(ep, wire, maxBody, readTimeoutMs) {
       ['slow-headers', exchange(target, Buffer.concat([head, Buffer.from('X-Slow: ' + 'a'.repeat(40))]), {perByteMs: 500})],
       ['slow-body', exchange(target, Buffer.concat([head, Buffer.from('Content-Length: 100\r\n\r\n' + '{'.repeat(40))]), {perByteMs: 300})],
     ];
-    for (const [name, [data, expected, then]] of Object.entries(attacks)) {
-      const reply = await exchange(target, data, {then});
+    for (const [name, [data, expected, then, pieces]] of Object.entries(attacks)) {
+      const reply = await exchange(target, data, {then, pieces});
       results.push(Object.assign({name, expected, servedAfter: await serves(target)}, reply));
     }
     for (const [name, pending] of slow) {
@@ -153,11 +162,27 @@ module.exports = async function attack(ep, wire, maxBody, readTimeoutMs) {
   for (let i = 0; i < 10; i++) if (await serves(bridge)) served++;
   const probeSeconds = (Date.now() - started) / 1000;
   const openDuringProbes = idle.filter((s) => s.closedAt === null).length;
+  // 60 more, to the bridge, past its cap: those over it are closed at once.
+  let overCap = null;
+  if (bridge.name === 'bridge') {
+    const extra = [];
+    for (let i = 0; i < 60; i++) {
+      const sock = connect(bridge);
+      sock.closedAt = null;
+      sock.on('error', () => {});
+      sock.on('data', () => {});
+      sock.on('close', () => { sock.closedAt = Date.now(); });
+      extra.push(sock);
+    }
+    await sleep(500);
+    overCap = extra.filter((s) => s.closedAt !== null).length;
+    for (const sock of extra) sock.destroy();
+  }
   await sleep(readTimeoutMs + 4000);
   const closedByFarEnd = idle.filter((s) => s.closedAt !== null).length;
   const answered408 = idle.filter((s) => s.answer.startsWith('HTTP/1.1 408')).length;
   for (const sock of idle) sock.destroy();
   out.idle = {held: idle.length, openDuringProbes, probes: 10, served, probeSeconds,
-              closedByFarEnd, answered408, servedAfter: await serves(bridge)};
+              overCap, closedByFarEnd, answered408, servedAfter: await serves(bridge)};
   return out;
 };

@@ -17,15 +17,16 @@ Each is refused with the proxy's reason; the fake model's request log shows none
 holds the model's one tool call; the first turns finish with their scripted reply, the
 budget's turn ends failed with its reason.
 
-In the same turn, Claude Code in Docker and both host-folder CLIs also run
-``listener_attack.js`` against every listener the process can reach (in Docker the
-launch's bridge on ``127.0.0.1`` and the run folder's unix socket it relays to; on a host
-folder the proxy on loopback): malformed and oversize framings, wrong, missing and
-non-ASCII tokens on the model, hook and ``/mcp`` paths, slow headers and bodies; each is
-refused (400, 401, 408, 413, or closed) without a traceback, and an authenticated request
-right after it is answered. Then 250 idle connections are held while authenticated
-requests are answered; each is closed by the far end within the read timeout, and the
-worker's thread count, sampled through the turn, stays bounded (no thread per connection).
+In the same turn, Claude Code and Codex in Docker (the two APIs' credentials) and both
+host-folder CLIs also run ``listener_attack.js`` against every listener the process can
+reach (in Docker the launch's bridge on ``127.0.0.1`` and the run folder's unix socket it
+relays to; on a host folder the proxy on loopback): malformed and oversize framings,
+wrong, missing and non-ASCII tokens on the model, hook and ``/mcp`` paths, slow headers
+and bodies; each is refused (400, 401, 408, 413, or closed) without a traceback, and an
+authenticated request right after it is answered. Then 250 idle connections are held
+while authenticated requests are answered; each is closed by the far end within the read
+timeout, and the worker's thread count, sampled through the turn, stays bounded (no
+thread per connection).
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ const tool = t => ({tools: [t]});
     r.push(await send('other-wire', '/v1/chat/completions', {model: 'gpt-4o', messages: [{role: 'user', content: 'ATTACK-other-wire'}]}));
   }
   if (process.argv[5])  // the listener attacks too (listener_attack.js, beside this file)
-    out.listeners = await require(`${__dirname}/l.js`)(ep, WIRE, Number(process.argv[5]), Number(process.argv[6]));
+    out.listeners = await require(`${__dirname}/l.js`)(ep, WIRE, ...process.argv.slice(5, 8).map(Number));
   fs.writeFileSync('escape.json', JSON.stringify(out));  // the shell tool's cwd: the workspace
   console.log('ESCAPE-' + ['DO', 'NE'].join(''));
 })();
@@ -200,6 +201,7 @@ CLIS = {
         "gpt-5-codex",
         "responses",
         '{{ name = "exec_command", input = {{ cmd = "{command}", yield_time_ms = 60000 }} }}',
+        listeners=True,
     ),
     "opencode": Cli("opencode", "claude-sonnet-4-5", "anthropic", _OPENCODE_BASH),
     "pi": Cli("pi", "claude-sonnet-4-5", "anthropic", _BASH),
@@ -215,6 +217,7 @@ CLIS = {
 #: CLI's own requests.
 MAX_BODY = 4 * 1024 * 1024
 READ_TIMEOUT_S = 4
+MAX_CONNECTIONS = 300  # 250 idle ones fit, 60 more do not
 LISTENER = HERE / "listener_attack.js"
 
 
@@ -227,7 +230,7 @@ def _command(cli: Cli, mode: str) -> str:
     if cli.listeners and mode == "attacks":
         listener = base64.b64encode(LISTENER.read_bytes()).decode()
         command += f" && echo {listener} | base64 -d > $d/l.js"
-        args += f" {MAX_BODY} {READ_TIMEOUT_S * 1000}"
+        args += f" {MAX_BODY} {READ_TIMEOUT_S * 1000} {MAX_CONNECTIONS}"
     return f"{command} && node $d/p.js {args}"
 
 
@@ -244,6 +247,7 @@ def _harness(tmp: Path, cli: Cli, mode: str) -> Iterator[Harness]:
         if cli.listeners:
             h.env["DURABLE_HARNESS_LISTENER_MAX_BODY_BYTES"] = str(MAX_BODY)
             h.env["DURABLE_HARNESS_LISTENER_READ_TIMEOUT_S"] = str(READ_TIMEOUT_S)
+            h.env["DURABLE_HARNESS_LISTENER_MAX_CONNECTIONS"] = str(MAX_CONNECTIONS)
         yield h
 
 
@@ -343,16 +347,23 @@ def _assert_listener_attacks(found: dict[str, Any], cli: Cli, threads: list[int]
     assert idle["openDuringProbes"] == idle["held"] == 250, idle
     assert idle["served"] == idle["probes"], idle
     assert idle["probeSeconds"] < 15, idle
+    if cli.place == "docker":
+        # The bridge's cap, the operator's: 250 idle and the CLI's own are under it, and
+        # of 60 more at least the 10 past it were closed at once.
+        assert 10 <= idle["overCap"] <= 20, idle
     # Each idle connection was closed by the far end within the read timeout (plus slack):
     # the bridge and relay for a silent one, the proxy for half a request line.
     assert idle["closedByFarEnd"] == idle["held"], idle
     assert idle["servedAfter"], idle
     # One event loop relays them all: no thread per connection (250 would be 500 threads).
     assert threads and max(threads) < 100, threads
+    capped = ""
+    if cli.place == "docker":
+        capped = f"{idle['overCap']} of 60 more past the bridge's cap of {MAX_CONNECTIONS} closed at once; "
     lines.append(
         f"  {idle['held']} idle connections: {idle['served']}/{idle['probes']} authenticated "
-        f"requests answered beside them in {idle['probeSeconds']:.2f} s; "
-        f"{idle['closedByFarEnd']} closed by the far end within {READ_TIMEOUT_S} s + 4 s; "
+        f"requests answered beside them in {idle['probeSeconds']:.2f} s; {capped}"
+        f"{idle['closedByFarEnd']} closed by the far end within {READ_TIMEOUT_S} s + 4 s "
         f"({idle['answered408']} of them with a 408); worker threads at most {max(threads)} "
         f"({len(threads)} samples)"
     )
