@@ -407,6 +407,8 @@ def test_requests_the_cli_did_not_make_are_refused(
         for result in results:
             print(f"  {result['name']}: {result['status']} {result['reason'][:160]}")
         if cli.listeners:
+            # Every refusal was an answer or a close, never a crash of the worker's.
+            assert "Traceback" not in out.stderr, out.stderr[-3000:]
             print(f"listener attacks ({cli.agent} in {cli.place}):")
             print(_assert_listener_attacks(found, cli, threads.samples))
 
