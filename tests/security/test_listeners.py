@@ -4,6 +4,10 @@ same way (harness/listener.py), keeps serving afterwards, and holds 200 idle con
 open while it goes on answering authenticated requests with bounded memory.
 
 Each attack is raw bytes on a socket, as a hostile process in the sandbox would send them.
+The same attacks from inside the sandbox (through the Docker bridge and relay, and on a
+host folder) run in test_proxy_escape.py's turns. The relay that carries a container's
+connections to the proxy (UnixRelay) is bounded too: a cap, a deadline for a connection's
+first bytes, no thread per connection.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -23,6 +28,7 @@ from typing import Any
 import pytest
 
 from durable_harness.adapters.claude_code.canonical import ClaudeCodeCanonicalizer
+from durable_harness.adapters.cli.relay import UnixRelay
 from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.harness.journal import Journal
 from durable_harness.harness.listener import Limits
@@ -316,3 +322,90 @@ def test_200_idle_connections_do_not_stop_authenticated_requests(
     assert seconds < 15
     assert rss_after - rss_before < 32 * 1024  # no thread or buffer per idle connection
     assert threads_after - threads_before < 10
+
+
+# -- the relay in front of the proxy -------------------------------------------------------
+def _ask_unix(path: str, data: bytes) -> int | None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(path)
+        sock.sendall(data)
+        raw = b""
+        while b"\r\n\r\n" not in raw or not _whole(raw):
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            raw += piece
+    return int(raw.split(b" ", 2)[1]) if raw.startswith(b"HTTP/1.1 ") else None
+
+
+def _closed(sock: socket.socket, wait: float) -> bool:
+    sock.settimeout(wait)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_the_relay_bounds_its_connections_and_their_silence(tmp_path: Path) -> None:
+    """UnixRelay (the Docker container's way to the proxy): one event loop for every
+    connection, a cap, and a deadline for a connection's first bytes; after them the
+    proxy's own limits hold the connection."""
+    cap = 260
+    for target in _open_target("proxy", tmp_path, Limits(max_body=MAX_BODY, read_timeout=60)):
+        path = str(tmp_path / "proxy.sock")
+        relay = UnixRelay(
+            path, f"http://127.0.0.1:{target.port}", max_connections=cap, read_timeout=READ_TIMEOUT
+        ).start()
+        data, expected = target.good()
+        assert _ask_unix(path, data) == expected
+        # A body the proxy refuses half-way: its 413 still reaches the client.
+        head = b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        chunks = (b"4000\r\n" + b"x" * 0x4000 + b"\r\n") * (MAX_BODY // 0x4000 + 2)
+        assert _ask_unix(path, head + chunks) == 413
+        threads_before = threading.active_count()
+        idle = []
+        try:
+            for i in range(250):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(path)
+                if i % 2:
+                    sock.sendall(b"POST / HTTP/1.1\r\n")  # relayed: the proxy holds it now
+                idle.append(sock)
+            extra = []
+            for _ in range(15):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(path)
+                extra.append(sock)
+            time.sleep(0.3)
+            over = sum(_closed(sock, 0.01) for sock in extra)
+            threads_held = threading.active_count()
+            stats = (relay.stats.peak, relay.stats.over_cap)
+            for sock in extra:
+                sock.close()
+            time.sleep(0.2)
+            started = time.monotonic()
+            for _ in range(20):
+                assert _ask_unix(path, data) == expected
+            seconds = time.monotonic() - started
+            time.sleep(READ_TIMEOUT + 1)
+            silent_closed = sum(_closed(sock, 0.01) for sock in idle[::2])
+            speaking_open = sum(not _closed(sock, 0.01) for sock in idle[1::2])
+        finally:
+            for sock in idle:
+                sock.close()
+            relay.close()
+        print(
+            f"relay: cap {cap}: {over} of 15 connections past 250 idle closed at once "
+            f"(peak {stats[0]}, {stats[1]} over the cap); 20 authenticated requests in "
+            f"{seconds:.2f} s beside them; threads {threads_before} -> {threads_held}; "
+            f"{silent_closed}/125 silent ones closed after {READ_TIMEOUT} s, "
+            f"{speaking_open}/125 that had spoken left to the proxy"
+        )
+        assert over == 5 and stats == (cap, 5)
+        assert threads_held - threads_before < 3  # no thread per connection
+        assert seconds < 10
+        assert silent_closed == 125 and speaking_open == 125
+        assert not os.path.exists(path)

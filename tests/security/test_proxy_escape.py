@@ -1,9 +1,10 @@
 # ruff: noqa: E501  (the fake model script keeps one rule per line)
-"""Escape tests of the journaling proxy, from inside: each of the four CLIs (Claude Code,
-Codex, OpenCode, Pi) in the Docker sandbox, one scripted turn each, the CLI's own shell
-tool running a script the model sent base64-encoded (so no command screening can read
-it), which finds the proxy's per-launch token and URL as any
-process in the container can (the CLI's environment, ``/proc/*/environ``, the launch's
+"""Escape tests of the journaling proxy and its listeners, from inside: each of the four
+CLIs (Claude Code, Codex, OpenCode, Pi) in the Docker sandbox, and Pi and OpenCode on a
+host folder (the default, hardened mode: the agent user, no opt-in set), one scripted turn
+each, the CLI's own shell tool running a script the model sent base64-encoded (so no
+command screening can read it), which finds the proxy's per-launch token and URL as any
+process in the sandbox can (the CLI's environment, ``/proc/*/environ``, the launch's
 HOME) and sends 14 model requests the CLI did not make, in the CLI's own API: another
 model, a huge ``max_tokens`` (and thinking budget), provider-side tools (web search and
 fetch, code execution, MCP, file search), a foreign beta or another account scope, state
@@ -12,14 +13,28 @@ provider would fetch from a URL, unknown paths, another API's path; then, in a C
 Code turn with a budget of two model calls, one call past it.
 
 Each is refused with the proxy's reason; the fake model's request log shows none of them
-(every request it received is one the CLI made, or the one in-budget call); the first
-turns finish with their scripted reply, the budget's turn ends failed with its reason.
+(every request it received is one the CLI made, or the one in-budget call); the journal
+holds the model's one tool call; the first turns finish with their scripted reply, the
+budget's turn ends failed with its reason.
+
+In the same turn, Claude Code and Codex in Docker (the two APIs' credentials) and both
+host-folder CLIs also run ``listener_attack.js`` against every listener the process can
+reach (in Docker the launch's bridge on ``127.0.0.1`` and the run folder's unix socket it
+relays to; on a host folder the proxy on loopback): malformed and oversize framings,
+wrong, missing and non-ASCII tokens on the model, hook and ``/mcp`` paths, slow headers
+and bodies; each is refused (400, 401, 408, 413, or closed) without a traceback, and an
+authenticated request right after it is answered. Then 250 idle connections are held
+while authenticated requests are answered; each is closed by the far end within the read
+timeout, and the worker's thread count, sampled through the turn, stays bounded (no
+thread per connection).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +46,7 @@ from support import Harness, ids_of, make_harness
 
 from durable_harness.sandbox.docker import DockerSandbox
 
+HERE = Path(__file__).resolve().parent
 FINAL = "Checked the proxy."
 
 _SCRIPT = """
@@ -148,7 +164,9 @@ const tool = t => ({tools: [t]});
     r.push(await send('stored-response', '/v1/responses/resp_1', undefined, {}, 'GET'));
     r.push(await send('other-wire', '/v1/chat/completions', {model: 'gpt-4o', messages: [{role: 'user', content: 'ATTACK-other-wire'}]}));
   }
-  fs.writeFileSync('/workspace/escape.json', JSON.stringify(out));
+  if (process.argv[5])  // the listener attacks too (listener_attack.js, beside this file)
+    out.listeners = await require(`${__dirname}/l.js`)(ep, WIRE, ...process.argv.slice(5, 8).map(Number));
+  fs.writeFileSync('escape.json', JSON.stringify(out));  // the shell tool's cwd: the workspace
   console.log('ESCAPE-' + ['DO', 'NE'].join(''));
 })();
 """
@@ -161,61 +179,85 @@ class Cli:
     wire: str
     #: The CLI's shell tool call, as the fake model's TOML (``{command}`` the command).
     tool_use: str
-    env: dict[str, str]
+    #: ``docker``, or ``host``: a host folder, in the default hardened mode (the agent
+    #: user, no opt-in set).
+    place: str = "docker"
+    #: The same turn also runs ``listener_attack.js``.
+    listeners: bool = False
 
 
+_BASH = '{{ name = "bash", input = {{ command = "{command}" }} }}'
+_OPENCODE_BASH = '{{ name = "bash", input = {{ command = "{command}", description = "check" }} }}'
 CLIS = {
     "claude-code": Cli(
         "claude-code",
         "claude-sonnet-4-5",
         "anthropic",
         '{{ name = "Bash", input = {{ command = "{command}", description = "check" }} }}',
-        {},
+        listeners=True,
     ),
     "codex": Cli(
         "codex",
         "gpt-5-codex",
         "responses",
         '{{ name = "exec_command", input = {{ cmd = "{command}", yield_time_ms = 60000 }} }}',
-        {},
+        listeners=True,
     ),
-    "opencode": Cli(
-        "opencode",
-        "claude-sonnet-4-5",
-        "anthropic",
-        '{{ name = "bash", input = {{ command = "{command}", description = "check" }} }}',
-        {},
+    "opencode": Cli("opencode", "claude-sonnet-4-5", "anthropic", _OPENCODE_BASH),
+    "pi": Cli("pi", "claude-sonnet-4-5", "anthropic", _BASH),
+    "pi-host-folder": Cli(
+        "pi", "claude-sonnet-4-5", "anthropic", _BASH, place="host", listeners=True
     ),
-    "pi": Cli(
-        "pi",
-        "claude-sonnet-4-5",
-        "anthropic",
-        '{{ name = "bash", input = {{ command = "{command}" }} }}',
-        {},
+    "opencode-host-folder": Cli(
+        "opencode", "claude-sonnet-4-5", "anthropic", _OPENCODE_BASH, place="host", listeners=True
     ),
 }
+#: The worker's listener limits in the turns with the listener attacks: small enough that
+#: an oversize body and a slow client are refused within seconds, large enough for the
+#: CLI's own requests.
+MAX_BODY = 4 * 1024 * 1024
+READ_TIMEOUT_S = 4
+MAX_CONNECTIONS = 300  # 250 idle ones fit, 60 more do not
+LISTENER = HERE / "listener_attack.js"
 
 
 def _command(cli: Cli, mode: str) -> str:
-    """The shell command: the script base64-encoded, decoded and run by node."""
+    """The shell command: the scripts base64-encoded, decoded into a fresh folder and run
+    by node."""
     encoded = base64.b64encode(_ATTACK.encode()).decode()
-    return f"echo {encoded} | base64 -d > /tmp/p.js && node /tmp/p.js {cli.model} {cli.wire} {mode}"
+    command = f"d=$(mktemp -d) && echo {encoded} | base64 -d > $d/p.js"
+    args = f"{cli.model} {cli.wire} {mode}"
+    if cli.listeners and mode == "attacks":
+        listener = base64.b64encode(LISTENER.read_bytes()).decode()
+        command += f" && echo {listener} | base64 -d > $d/l.js"
+        args += f" {MAX_BODY} {READ_TIMEOUT_S * 1000} {MAX_CONNECTIONS}"
+    return f"{command} && node $d/p.js {args}"
 
 
 def _harness(tmp: Path, cli: Cli, mode: str) -> Iterator[Harness]:
     script = tmp / f"script-{mode}.toml"
     tool_use = cli.tool_use.format(command=_command(cli, mode))
     script.write_text(_SCRIPT.format(final=FINAL, tool_use=tool_use))
+    (tmp / "ws").mkdir(exist_ok=True)
     for h in make_harness(tmp, script):
         h.env["OPENAI_BASE_URL"] = h.server.url
         h.env.pop("OPENAI_API_KEY", None)
+        h.env.pop("DURABLE_HARNESS_UNSAFE_SAME_USER", None)
+        h.env.pop("DURABLE_HARNESS_UNSAFE_HOST_AGENT", None)
+        if cli.listeners:
+            h.env["DURABLE_HARNESS_LISTENER_MAX_BODY_BYTES"] = str(MAX_BODY)
+            h.env["DURABLE_HARNESS_LISTENER_READ_TIMEOUT_S"] = str(READ_TIMEOUT_S)
+            h.env["DURABLE_HARNESS_LISTENER_MAX_CONNECTIONS"] = str(MAX_CONNECTIONS)
         yield h
 
 
-def _container_json(session: str, path: str) -> Any:
-    box = DockerSandbox(session)
+def _found(h: Harness, cli: Cli, ids: dict[str, str]) -> Any:
+    """What the attack wrote into the workspace (escape.json)."""
+    if cli.place == "host":
+        return json.loads((h.tmp / "ws" / "escape.json").read_bytes())
+    box = DockerSandbox(ids["session"])
     try:
-        data = box.read_bytes(path)
+        data = box.read_bytes("/workspace/escape.json")
     finally:
         box.close()
     return json.loads(data or b"null")
@@ -223,8 +265,9 @@ def _container_json(session: str, path: str) -> Any:
 
 def _run(h: Harness, cli: Cli, *extra: str) -> tuple[Any, dict[str, str]]:
     extra = extra or ("--max-model-calls", "8")  # a script that fails makes the model loop
+    workspace = "docker" if cli.place == "docker" else str(h.tmp / "ws")
     out = h.cli(
-        "run", "--agent", cli.agent, "--workspace", "docker", *extra, "check the proxy",
+        "run", "--agent", cli.agent, "--workspace", workspace, *extra, "check the proxy",
         timeout=300,
     )  # fmt: skip
     return out, ids_of(out)
@@ -236,20 +279,115 @@ def _tool_outputs(h: Harness, ids: dict[str, str]) -> str:
     return json.dumps(steps[:1], indent=1)[:3000]
 
 
+class WorkerThreads:
+    """The thread count of the worker (the ``run`` process this test started), sampled
+    every 0.2 s while the turn runs."""
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> WorkerThreads:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        pid: Path | None = None
+        while not self._stop.wait(0.2):
+            pid = pid or _worker()
+            if pid is None:
+                continue
+            try:
+                status = (pid / "status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("Threads:"):
+                    self.samples.append(int(line.split()[1]))
+
+
+def _worker() -> Path | None:
+    for proc in Path("/proc").iterdir():
+        try:
+            status = (proc / "status").read_text()
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("PPid:")), "")
+        if ppid == str(os.getpid()) and b"durable_harness.cli" in argv and b"run" in argv:
+            return proc
+    return None
+
+
+def _assert_listener_attacks(found: dict[str, Any], cli: Cli, threads: list[int]) -> str:
+    """Every listener attack refused, the listener serving after each, the idle connections
+    bounded; the figures, printed by the caller."""
+    lines = []
+    listeners = found["listeners"]
+    expected_targets = {"bridge", "relay-socket"} if cli.place == "docker" else {"proxy"}
+    assert set(listeners["targets"]) == expected_targets, listeners
+    for target, results in listeners["targets"].items():
+        assert len(results) == 15, results
+        for r in results:
+            # Refused (its 4xx, or closed unanswered for a slow client), never a 5xx or a
+            # traceback, and the listener answered the next authenticated request.
+            assert r["status"] in r["expected"], (target, r)
+            assert not r["traceback"], (target, r)
+            assert r["servedAfter"], (target, r)
+            if r["name"].startswith("slow"):
+                assert r["seconds"] < 3 * READ_TIMEOUT_S + 2, (target, r)
+        statuses = ", ".join(f"{r['name']} {r['status']} ({r['seconds']:.1f}s)" for r in results)
+        lines.append(f"  {target}: {len(results)} attacks refused: {statuses}")
+    idle = listeners["idle"]
+    assert idle["openDuringProbes"] == idle["held"] == 250, idle
+    assert idle["served"] == idle["probes"], idle
+    assert idle["probeSeconds"] < 15, idle
+    if cli.place == "docker":
+        # The bridge's cap, the operator's: 250 idle and the CLI's own are under it, and
+        # of 60 more at least the 10 past it were closed at once.
+        assert 10 <= idle["overCap"] <= 20, idle
+    # Each idle connection was closed by the far end within the read timeout (plus slack):
+    # the bridge and relay for a silent one, the proxy for half a request line.
+    assert idle["closedByFarEnd"] == idle["held"], idle
+    assert idle["servedAfter"], idle
+    # One event loop relays them all: no thread per connection (250 would be 500 threads).
+    assert threads and max(threads) < 100, threads
+    capped = ""
+    if cli.place == "docker":
+        capped = f"{idle['overCap']} of 60 more past the bridge's cap of {MAX_CONNECTIONS} closed at once; "
+    lines.append(
+        f"  {idle['held']} idle connections: {idle['served']}/{idle['probes']} authenticated "
+        f"requests answered beside them in {idle['probeSeconds']:.2f} s; {capped}"
+        f"{idle['closedByFarEnd']} closed by the far end within {READ_TIMEOUT_S} s + 4 s "
+        f"({idle['answered408']} of them with a 408); worker threads at most {max(threads)} "
+        f"({len(threads)} samples)"
+    )
+    return "\n".join(lines)
+
+
 @pytest.fixture(params=list(CLIS))
 def cli(request: pytest.FixtureRequest) -> Cli:
     return CLIS[request.param]
 
 
 def test_requests_the_cli_did_not_make_are_refused(
-    tmp_path: Path, docker_host: str, cli: Cli
+    tmp_path: Path, cli: Cli, request: pytest.FixtureRequest
 ) -> None:
+    if cli.place == "docker":
+        request.getfixturevalue("docker_host")
     started = time.monotonic()
     for h in _harness(tmp_path, cli, "attacks"):
-        out, ids = _run(h, cli)
-        assert out.returncode == 0, _tool_outputs(h, ids)
+        with WorkerThreads() as threads:
+            out, ids = _run(h, cli)
+        seconds = time.monotonic() - started
+        assert out.returncode == 0, out.stderr[-2000:] + _tool_outputs(h, ids)
         assert out.stdout.strip().splitlines()[-1] == FINAL
-        found = _container_json(ids["session"], "/workspace/escape.json")
+        found = _found(h, cli, ids)
         results = found["results"]
         assert len(results) == 14, results
         for result in results:
@@ -258,13 +396,21 @@ def test_requests_the_cli_did_not_make_are_refused(
         log = h.requests()
         assert [r["rule"] for r in log if r["rule"] != "title"] == ["attack", "final"], log
         assert not any("ATTACK-" in r["last_user_text"] for r in log), log
+        # The journal holds the model's one tool call and nothing the attacks sent.
+        tools = [s for s in h.show(ids["turn"])["steps"] if s["kind"] == "tool"]
+        assert len(tools) == 1, tools
         print(
-            f"\nproxy escape ({cli.agent} in Docker, token from {found['from']}): "
+            f"\nproxy escape ({cli.agent} in {cli.place}, token from {found['from']}): "
             f"{len(results)} requests refused, {len(log)} upstream calls (the CLI's), "
-            f"{time.monotonic() - started:.1f} s"
+            f"{seconds:.1f} s"
         )
         for result in results:
             print(f"  {result['name']}: {result['status']} {result['reason'][:160]}")
+        if cli.listeners:
+            # Every refusal was an answer or a close, never a crash of the worker's.
+            assert "Traceback" not in out.stderr, out.stderr[-3000:]
+            print(f"listener attacks ({cli.agent} in {cli.place}):")
+            print(_assert_listener_attacks(found, cli, threads.samples))
 
 
 def test_a_call_past_the_budget_is_refused_and_ends_the_turn(

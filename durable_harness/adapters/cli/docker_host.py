@@ -29,13 +29,13 @@ import os
 import queue
 import secrets
 import shlex
-import socket
 import threading
-from urllib.parse import urlsplit
 
 from durable_harness.adapters.cli.host import CliHost, CliLaunch, CliRun, Line
 from durable_harness.adapters.cli.node import BRIDGE, HOOK
+from durable_harness.adapters.cli.relay import UnixRelay
 from durable_harness.core.errors import ConfigError, SandboxError, SandboxUnavailable
+from durable_harness.core.settings import ListenerSettings
 from durable_harness.sandbox.docker import RUN_DIR, DockerSandbox
 
 __all__ = ["DockerCliHost", "UnixRelay"]
@@ -47,11 +47,11 @@ _HOOK_FILE = "dh-hook.js"
 _STDIN_FILE = "dh-stdin"
 _versions: dict[tuple[str, str], str] = {}  # (image, binary) -> version
 
-# $1 the launch's HOME, $2 the bridge's port; then the CLI's argv. The bridge must listen
+# The launch's HOME, the bridge's port and limits; then the CLI's argv. The bridge must listen
 # before the CLI's first request; the job's supervisor kills it when the CLI is done.
 _JOB = """
 h={home}
-node "$h/{bridge}" {socket} {port} "$h/bridge.ready" 2>>"$h/bridge.log" &
+node "$h/{bridge}" {socket} {port} "$h/bridge.ready" {limits} 2>>"$h/bridge.log" &
 b=$!
 for _ in $(seq 1200); do  # 60 s: node starts slowly on a loaded machine
   [ -e "$h/bridge.ready" ] && break
@@ -70,6 +70,14 @@ def bridge_port(job_id: str) -> int:
     """The bridge's port of a launch stored without one (older versions derived it from
     the job id, which is predictable from inside: new launches draw theirs)."""
     return 20000 + int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16) % 20000
+
+
+def bridge_limits() -> str:
+    """The bridge's arguments after its ready file: the operator's connection cap and
+    read timeout (ms), the same numbers the relay and the listeners apply."""
+    settings = ListenerSettings.load()
+    timeout_ms = max(1, round(settings.listener_read_timeout_s * 1000))
+    return f"{settings.listener_max_connections} {timeout_ms}"
 
 
 def random_port() -> int:
@@ -167,6 +175,7 @@ class DockerCliHost(CliHost):
             bridge=_BRIDGE_FILE,
             socket=shlex.quote(f"{RUN_DIR}/{SOCKET_NAME}"),
             port=self._ports.get(launch.job_id) or bridge_port(launch.job_id),
+            limits=bridge_limits(),
             argv=shlex.join(launch.argv),
             stdin=_STDIN_FILE,
         )
@@ -243,72 +252,3 @@ class _DockerRun(CliRun):
         with contextlib.suppress(SandboxUnavailable, SandboxError):
             self.sandbox.jobs.kill(self.job_id, "KILL")
             self.sandbox.jobs.wait(self.job_id, timeout=10)
-
-
-class UnixRelay:
-    """Serve a TCP endpoint (the proxy) on a unix socket at ``path``: each connection is
-    relayed both ways by two threads. A stale socket at ``path`` (a dead worker's) is
-    replaced; :meth:`close` removes the socket only if it is still this relay's."""
-
-    def __init__(self, path: str, target_url: str) -> None:
-        parts = urlsplit(target_url)
-        self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
-        self.path = path
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(path)
-        os.chmod(path, 0o666)  # the container's user (uid 1000) connects
-        self._inode = os.stat(path).st_ino
-        self._listener.listen(64)
-        self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="unix-relay", daemon=True)
-
-    def start(self) -> UnixRelay:
-        self._thread.start()
-        return self
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.target, timeout=10)
-        except OSError:
-            client.close()
-            return
-        upstream.settimeout(None)
-        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
-        _pipe(client, upstream)
-
-    def close(self) -> None:
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            if os.stat(self.path).st_ino == self._inode:
-                os.unlink(self.path)
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    """Copy until either side ends, then close both (the other pipe thread ends too)."""
-    try:
-        while True:
-            data = source.recv(65536)
-            if not data:
-                break
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()

@@ -2,14 +2,19 @@
 agent image; Python may not be). Both are written into the launch's private HOME before
 the CLI starts; nothing of the harness is installed in the image.
 
-``BRIDGE``: ``node dh-bridge.js <socket> <port> <ready-file>`` listens on
-``127.0.0.1:<port>`` inside the container (which has no network but ``lo``) and relays
-each connection to the unix socket the worker serves its model proxy on (the session's
-run folder, bind-mounted read-only). When nothing listens there (the worker died and no
-new one has taken the turn yet) it keeps trying to connect, for up to ten minutes,
-instead of failing the connection: the CLI's request simply waits for the next worker.
-A connection that breaks in the middle (the worker died while answering) is closed on
-the CLI's side too, as a dropped connection from a provider would be.
+``BRIDGE``: ``node dh-bridge.js <socket> <port> <ready-file> [<max-connections>
+<read-timeout-ms>]`` listens on ``127.0.0.1:<port>`` inside the container (which has no
+network but ``lo``) and relays each connection to the unix socket the worker serves its
+model proxy on (the session's run folder, bind-mounted read-only). When nothing listens
+there (the worker died and no new one has taken the turn yet) it keeps trying to connect,
+for up to ten minutes, instead of failing the connection: the CLI's request simply waits
+for the next worker. A connection that breaks in the middle (the worker died while
+answering) is closed on the CLI's side too, as a dropped connection from a provider
+would be. Every process in the container can connect, so it is bounded as the relay
+behind it is (:mod:`.relay`): past ``max-connections`` a connection is closed at once;
+one that sends nothing within the read timeout once relayed is closed; after its first
+bytes the proxy's own limits hold it. (A bridge an older version started keeps no limits
+for the rest of its launch.)
 
 ``HOOK``: ``node dh-hook.js <endpoint.json> <event>``, the node twin of
 :mod:`.hook_client`: posts the hook's JSON to ``/_dh/<event>`` through the bridge and
@@ -28,8 +33,10 @@ BRIDGE = r"""
 'use strict';
 const net = require('net');
 const fs = require('fs');
-const [socketPath, port, readyFile] = process.argv.slice(2);
+const [socketPath, port, readyFile, maxArg, timeoutArg] = process.argv.slice(2);
 const WAIT_MS = 600000;
+const MAX_CONNECTIONS = Number(maxArg) || 1024;
+const READ_TIMEOUT_MS = Number(timeoutArg) || 30000;
 
 function connectUnix(started, done) {
   const up = net.createConnection(socketPath);
@@ -56,11 +63,15 @@ const server = net.createServer((client) => {
     up.on('error', () => {});
     up.on('close', () => client.destroy());
     client.on('close', () => up.destroy());
+    // Silent past the read timeout: closed before it reaches the proxy's limits.
+    client.setTimeout(READ_TIMEOUT_MS, () => client.destroy());
+    client.once('data', () => client.setTimeout(0));
     client.pipe(up);
     up.pipe(client);
     client.resume();
   });
 });
+server.maxConnections = MAX_CONNECTIONS;
 server.on('error', (err) => {
   process.stderr.write('dh-bridge: ' + err.message + '\n');
   process.exit(3);
