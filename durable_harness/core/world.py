@@ -189,6 +189,13 @@ class Queue(abc.ABC):
         """
         time.sleep(timeout)
 
+    def now(self) -> float:
+        """The World's clock, Unix seconds: what wake-ups and wait deadlines are measured
+        by, so a worker whose own clock is off by minutes still wakes a timer on time.
+        This default is the machine's clock; a World with a clock of its own (PostgreSQL's
+        ``now()``) answers from that."""
+        return time.time()
+
     # -- durable waits (contract: the wait tests of tests/worlds/test_contract.py) -----
     @abc.abstractmethod
     def suspend(

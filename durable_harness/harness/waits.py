@@ -16,7 +16,6 @@ gets the second CI result even when both results arrived before either wait bega
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
@@ -77,7 +76,7 @@ def wait_tools(world: Queue, journal: Journal) -> list[Tool]:
         payload = _take(world, ctx, args, signals)
         if payload is not None:
             return f"signal {args.name!r} arrived: {payload}"
-        if time.time() >= deadline:
+        if journal.now() >= deadline:
             return (
                 f"timed out: no signal {args.name!r} arrived within "
                 f"{args.timeout_seconds:g} seconds"
@@ -87,7 +86,7 @@ def wait_tools(world: Queue, journal: Journal) -> list[Tool]:
 
     def sleep_until(args: SleepArgs, ctx: ToolContext) -> str:
         wake = started_at(ctx) + args.seconds
-        if time.time() >= wake:
+        if journal.now() >= wake:
             return f"waited {args.seconds:g} seconds (until {_iso(wake)})"
         raise TurnSuspended(wake, f"timer until {_iso(wake)}")
 

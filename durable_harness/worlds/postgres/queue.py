@@ -136,6 +136,11 @@ class PostgresQueue(PostgresConnections, Queue):
         self._run(f"{status.value} turn", op)
 
     # -- durable waits -------------------------------------------------------------------
+    def now(self) -> float:
+        row = self._run("now", lambda c, _: db.one_row(c, sql.NOW))
+        assert row is not None
+        return float(row["now"])
+
     def suspend(
         self,
         lease: Lease,

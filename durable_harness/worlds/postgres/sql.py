@@ -204,6 +204,8 @@ RETURNING t.turn_id"""
 # suspend and send_signal each lock the job row first and look at the other's table in a
 # later statement (a new snapshot): whichever commits second sees the first, so a signal
 # racing a suspend always wakes the turn.
+NOW = "SELECT durable_harness.epoch_now() AS now"
+
 LOCK_RUNNING_JOB = """
 SELECT epoch FROM durable_harness.jobs
 WHERE turn_id = %s AND epoch = %s AND status = 'running'
