@@ -36,7 +36,8 @@ Contracts every backend keeps:
   the turn to the dead letter state (status ``failed`` with the reason) instead.
   Every write made with a lease (renew, release, complete, fail, suspend) is fenced too.
 * **Waits.** A suspended turn holds no worker; it is delivered again at its wake time or
-  when a signal arrives. The first payload of a signal wins.
+  when a signal arrives. Signals of a name queue up in arrival order, a delivery seen
+  before (same delivery id) is ignored, and each is taken by one wait step at most.
 * **Blobs** are content-addressed by sha256 hex; ``put_blob`` is idempotent.
 * **Errors.** A backend maps its driver's errors (sqlite3, psycopg, botocore) to
   :class:`~durable_harness.core.errors.WorldError` (or :class:`ConfigError` for a setting
