@@ -3,7 +3,7 @@ runtime; testing/ for ``demo``, ``fake-model`` and ``crash-matrix``). Nothing el
 
 One module per group of commands, each adding its parsers and handlers in ``register``
 (a new command is a function there, or a new module and one line in :data:`_GROUPS`):
-:mod:`.turns` (run, worker, resume, replay), :mod:`.world` (ls, show, signal,
+:mod:`.turns` (run, worker, resume, replay), :mod:`.world` (ls, show, signal, watch,
 signal-server, doctor), :mod:`.sandbox`, :mod:`.demos` (demo, crash-matrix,
 fake-model); :mod:`.common` holds the flags they share.
 

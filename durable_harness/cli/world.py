@@ -1,4 +1,4 @@
-"""The commands that read and poke a World: ``ls``, ``show``, ``signal``,
+"""The commands that read and poke a World: ``ls``, ``show``, ``signal``, ``watch``,
 ``signal-server``, ``doctor``."""
 
 from __future__ import annotations
@@ -29,7 +29,24 @@ def register(sub: Subparsers) -> Commands:
     sig.add_argument("turn", metavar="TURN")
     sig.add_argument("name", metavar="NAME")
     sig.add_argument("--data", help="JSON payload the waiting agent receives")
+    sig.add_argument(
+        "--id",
+        dest="delivery_id",
+        help="delivery id: a second signal with the same id is ignored (default: the payload)",
+    )
     world_flags(sig)
+
+    watch = sub.add_parser(
+        "watch",
+        help="route CI webhooks (signal-server /v1/webhooks/...) for a repository to a turn",
+    )
+    watch.add_argument("turn", metavar="TURN")
+    watch.add_argument("repo", metavar="REPO", help="github:OWNER/NAME or gitlab:GROUP/PROJECT")
+    ref = watch.add_mutually_exclusive_group(required=True)
+    ref.add_argument("--sha", help="the pushed commit whose CI result the turn waits for")
+    ref.add_argument("--branch", help="the branch whose CI results the turn waits for")
+    watch.add_argument("--name", default="ci", help="the signal the results arrive as")
+    world_flags(watch)
 
     sigsrv = sub.add_parser(
         "signal-server",
@@ -46,6 +63,7 @@ def register(sub: Subparsers) -> Commands:
         "show": cmd_show,
         "signal": cmd_signal,
         "signal-server": cmd_signal_server,
+        "watch": cmd_watch,
         "doctor": cmd_doctor,
     }
 
@@ -73,14 +91,21 @@ def cmd_signal(args: argparse.Namespace) -> int:
 
     payload = parse_payload(args.data)
     with open_configured(settings_of(args)) as world:
-        fresh = world.send_signal(args.turn, args.name, payload)
+        fresh = world.send_signal(args.turn, args.name, payload, args.delivery_id)
         status = world.get_turn(args.turn).status.value
     if fresh:
         print(f"signal {args.name!r} delivered to turn {args.turn} ({status})")
     else:
-        print(
-            f"signal {args.name!r} was already delivered to turn {args.turn}; the first one stands"
-        )
+        print(f"signal {args.name!r} was already delivered to turn {args.turn}; ignored")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.webhooks import watch_ref
+
+    with open_configured(settings_of(args)) as world:
+        scope, ref = watch_ref(world, args.turn, args.repo, args.sha, args.branch, args.name)
+    print(f"turn {args.turn} gets CI results for {scope} {ref} as signal {args.name!r}")
     return 0
 
 

@@ -121,8 +121,12 @@ class TurnSuspended(DurableHarnessError):
     (``World.suspend``) and moves on. The wait step stays an intent; when the turn wakes,
     the step runs again (waits replay as ``safe``) and finds its signal or its deadline."""
 
-    def __init__(self, wake_at: float, waiting_for: str, signal: str | None = None) -> None:
+    def __init__(
+        self, wake_at: float, waiting_for: str, signal: str | None = None, seen: int = 0
+    ) -> None:
         super().__init__(f"waiting for {waiting_for}")
         self.wake_at = wake_at
         self.waiting_for = waiting_for
         self.signal = signal
+        #: How many signals of that name the wait looked at: one more wakes the turn.
+        self.seen = seen

@@ -14,7 +14,7 @@ import abc
 import json
 from typing import Annotated, Any, Self
 
-from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError
+from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from durable_harness.core.errors import ConfigError
@@ -156,6 +156,20 @@ class ListenerSettings(EnvSettings):
     listener_keep_alive_s: float = Field(default=5.0, gt=0)
     #: Open connections plus requests in flight; past it a request is answered 503.
     listener_max_connections: int = Field(default=1024, gt=0)
+
+
+class WebhookSettings(EnvSettings):
+    """The operator's secrets for CI webhooks on ``signal-server`` (``runtime/webhooks.py``):
+    ``DURABLE_HARNESS_GITHUB_WEBHOOK_SECRET`` (the HMAC key GitHub signs with) and
+    ``DURABLE_HARNESS_GITLAB_WEBHOOK_TOKEN`` (GitLab's secret token). Unset: that endpoint
+    answers 404."""
+
+    github_webhook_secret: SecretStr | None = None
+    gitlab_webhook_token: SecretStr | None = None
+
+    def secret(self, provider: str) -> str:
+        value = self.github_webhook_secret if provider == "github" else self.gitlab_webhook_token
+        return "" if value is None else value.get_secret_value()
 
 
 class AgentUserSettings(EnvSettings):

@@ -36,7 +36,8 @@ Contracts every backend keeps:
   the turn to the dead letter state (status ``failed`` with the reason) instead.
   Every write made with a lease (renew, release, complete, fail, suspend) is fenced too.
 * **Waits.** A suspended turn holds no worker; it is delivered again at its wake time or
-  when a signal arrives. The first payload of a signal wins.
+  when a signal arrives. Signals of a name queue up in arrival order, a delivery seen
+  before (same delivery id) is ignored, and each is taken by one wait step at most.
 * **Blobs** are content-addressed by sha256 hex; ``put_blob`` is idempotent.
 * **Errors.** A backend maps its driver's errors (sqlite3, psycopg, botocore) to
   :class:`~durable_harness.core.errors.WorldError` (or :class:`ConfigError` for a setting
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -188,26 +190,83 @@ class Queue(abc.ABC):
         """
         time.sleep(timeout)
 
+    def now(self) -> float:
+        """The World's clock, Unix seconds: what wake-ups and wait deadlines are measured
+        by, so a worker whose own clock is off by minutes still wakes a timer on time.
+        This default is the machine's clock; a World with a clock of its own (PostgreSQL's
+        ``now()``) answers from that."""
+        return time.time()
+
     # -- durable waits (contract: the wait tests of tests/worlds/test_contract.py) -----
     @abc.abstractmethod
     def suspend(
-        self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
+        self,
+        lease: Lease,
+        wake_at: float,
+        waiting_for: str,
+        signal: str | None = None,
+        seen: int = 0,
     ) -> None:
         """Park the turn (fenced): status ``waiting``, lease and worker released, the turn
         deliverable again at ``wake_at`` or as soon as a signal arrives (``send_signal``
-        or ``enqueue``). If the awaited ``signal`` already arrived (it raced the suspend),
-        the turn is deliverable at once. A suspend is deliberate, so the deliveries before
-        it do not count toward ``max_attempts``."""
+        or ``enqueue``). If the turn holds more than ``seen`` signals named ``signal`` (one
+        raced the suspend: the wait looked at ``seen`` of them), the turn is deliverable at
+        once. A suspend is deliberate, so the deliveries before it do not count toward
+        ``max_attempts``."""
 
     @abc.abstractmethod
-    def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
-        """Record signal ``name`` for the turn and wake it if it waits. The first payload
-        wins: a duplicate is ignored and returns False. A signal sent before the turn
-        waits for it is kept until it does. :class:`NotFound` for an unknown turn."""
+    def send_signal(
+        self, turn_id: str, name: str, payload: str, delivery_id: str | None = None
+    ) -> bool:
+        """Append signal ``name`` to the turn's signals of that name (in arrival order) and
+        wake the turn if it waits. A delivery already recorded (the same ``delivery_id``
+        for this turn and name; without one, the same payload) is ignored and returns
+        False. A signal sent before the turn waits for it is kept until a wait takes it.
+        :class:`NotFound` for an unknown turn."""
 
     @abc.abstractmethod
+    def list_signals(self, turn_id: str, name: str) -> list[Signal]:
+        """The turn's signals named ``name``, in arrival order (``index`` 0, 1, ...)."""
+
+    @abc.abstractmethod
+    def claim_signal(self, turn_id: str, name: str, index: int, seq: int) -> bool:
+        """Let the wait step ``seq`` take signal ``index``, once: True if it is now that
+        step's (it was free, or that step had taken it already), False if another step
+        took it. What makes a wait's signal the same on every replay and resume."""
+
     def get_signal(self, turn_id: str, name: str) -> str | None:
-        """The payload of signal ``name`` for the turn, or None if it has not arrived."""
+        """The payload of the first signal ``name`` for the turn, or None if none arrived."""
+        found = self.list_signals(turn_id, name)
+        return found[0].payload if found else None
+
+    @abc.abstractmethod
+    def watch(self, scope: str, ref: str, turn_id: str, name: str) -> None:
+        """Route webhooks for repository ``scope`` (e.g. ``github:owner/repo``) about
+        ``ref`` (``sha:<commit>`` or ``branch:<name>``) to the turn's signal ``name``. A
+        turn watches one ref per scope and name: a new push's watch replaces the last one,
+        so a late CI result for an earlier commit reaches no wait. :class:`NotFound` for an
+        unknown turn."""
+
+    @abc.abstractmethod
+    def watchers(self, scope: str, ref: str) -> list[tuple[str, str]]:
+        """The ``(turn_id, signal name)`` pairs watching ``ref`` of ``scope``, sorted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    """One delivery of a named signal to a turn (:meth:`Queue.list_signals`)."""
+
+    index: int  # its place among the turn's signals of that name, from 0
+    payload: str
+    delivery_id: str
+    claimed_by: int | None = None  # the seq of the wait step that took it
+
+
+def delivery_key(payload: str, delivery_id: str | None) -> str:
+    """The id a delivery is deduplicated by: the sender's, else the payload's hash."""
+    if delivery_id:
+        return delivery_id
+    return "payload:" + hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 OUTCOMES = (StepStatus.DONE, StepStatus.POSSIBLY_RAN)

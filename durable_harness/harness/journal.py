@@ -106,6 +106,10 @@ class Journal:
         self.crash = crash
         self.on_step = on_step
         self.blob_threshold = blob_threshold
+        # Steps are stamped with the World's clock (a wait's deadline is measured from its
+        # intent's started_at, and the World wakes the turn by its own clock): this
+        # machine's clock corrected by the offset measured once, when the lease is taken.
+        self._clock_offset = world.now() - time.time()
         # replay_only: read back finished steps, never call or write (``durable-harness
         # replay``, which proves a finished turn needs zero model calls: invariant 6).
         self.recorded: dict[int, Step] = {s.seq: s for s in world.load_steps(lease.turn_id)}
@@ -119,6 +123,10 @@ class Journal:
     @property
     def turn_id(self) -> str:
         return self.lease.turn_id
+
+    def now(self) -> float:
+        """The World's time (:meth:`Queue.now`), read from this machine's clock."""
+        return time.time() + self._clock_offset
 
     @property
     def next_seq(self) -> int:
@@ -220,7 +228,7 @@ class Journal:
             status=StepStatus.DONE,
             output=output,
             output_blob=blob,
-            finished_at=time.time(),
+            finished_at=self.now(),
             meta=meta,
         )
         self._remember(done)
@@ -270,7 +278,7 @@ class Journal:
                 input=self._stored_input(input) if store_input else None,
                 status=StepStatus.INTENT,
                 epoch=self.lease.epoch,
-                started_at=time.time(),
+                started_at=self.now(),
             )
             self.world.insert_intent(step)
         self._remember(step)

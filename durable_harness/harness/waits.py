@@ -6,17 +6,22 @@ computes the same deadline (invariant 6). While the timer has not fired and the 
 has not come, the step raises :class:`TurnSuspended`: the worker parks the turn in the
 World (no lease, no process), and the World delivers it again at the deadline or when the
 signal arrives. The step's outcome is the signal's payload or a timeout the model sees.
+
+Signals of one name queue up: each ``wait_for_signal(name)`` takes the first signal of
+that name that no earlier wait took.
+The taking is recorded in the World (``claim_signal``, keyed by the wait's step ``seq``),
+so a resumed or replayed wait gets the signal it got before, and a second wait on "ci"
+gets the second CI result even when both results arrived before either wait began.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
 from durable_harness.core.errors import TurnSuspended
-from durable_harness.core.world import Queue
+from durable_harness.core.world import Queue, Signal
 from durable_harness.harness.journal import Journal
 from durable_harness.harness.tools import Tool, ToolContext
 
@@ -45,25 +50,43 @@ def _iso(ts: float) -> str:
 WAIT_TOOL_NAMES = ("wait_for_signal", "sleep_until")
 
 
+def _take(
+    world: Queue, ctx: ToolContext, args: WaitForSignalArgs, signals: list[Signal]
+) -> str | None:
+    """The payload of the signal this wait step took (before, or now), or None."""
+    for signal in signals:
+        if signal.claimed_by == ctx.seq:
+            return signal.payload
+    for signal in signals:
+        if signal.claimed_by is None:
+            if world.claim_signal(ctx.turn_id, args.name, signal.index, ctx.seq):
+                return signal.payload
+            # Another step took it between our read and our claim: look again.
+            return _take(world, ctx, args, world.list_signals(ctx.turn_id, args.name))
+    return None
+
+
 def wait_tools(world: Queue, journal: Journal) -> list[Tool]:
     def started_at(ctx: ToolContext) -> float:
         return journal.recorded[ctx.seq].started_at
 
     def wait_for_signal(args: WaitForSignalArgs, ctx: ToolContext) -> str:
         deadline = started_at(ctx) + args.timeout_seconds
-        payload = world.get_signal(ctx.turn_id, args.name)
+        signals = world.list_signals(ctx.turn_id, args.name)
+        payload = _take(world, ctx, args, signals)
         if payload is not None:
             return f"signal {args.name!r} arrived: {payload}"
-        if time.time() >= deadline:
+        if journal.now() >= deadline:
             return (
                 f"timed out: no signal {args.name!r} arrived within "
                 f"{args.timeout_seconds:g} seconds"
             )
-        raise TurnSuspended(deadline, f"signal {args.name!r} until {_iso(deadline)}", args.name)
+        waiting_for = f"signal {args.name!r} until {_iso(deadline)}"
+        raise TurnSuspended(deadline, waiting_for, args.name, seen=len(signals))
 
     def sleep_until(args: SleepArgs, ctx: ToolContext) -> str:
         wake = started_at(ctx) + args.seconds
-        if time.time() >= wake:
+        if journal.now() >= wake:
             return f"waited {args.seconds:g} seconds (until {_iso(wake)})"
         raise TurnSuspended(wake, f"timer until {_iso(wake)}")
 

@@ -1,15 +1,19 @@
 """Signals: how the outside world (a CI system, a human) wakes a waiting turn.
 
-Two doors, one rule (``World.send_signal``: first payload wins, a duplicate is ignored, a
-signal that arrives before its wait is kept):
+Two doors, one rule (``World.send_signal``: signals of a name queue up in arrival order, a
+duplicate delivery is ignored, a signal that arrives before its wait is kept until a wait
+takes it):
 
 * ``durable-harness signal TURN NAME --data JSON`` for people and scripts with World access;
 * ``durable-harness signal-server``: an HTTP endpoint for webhooks,
   ``POST /v1/turns/<turn>/signals/<name>`` with ``Authorization: Bearer <secret>`` and the
   JSON payload as the body. The secret is per turn (generated when the turn is created;
   tools read it from ``ToolContext.signal_secret``), compared in constant time; an unknown
-  turn is answered 401, the same as a wrong secret. The listener's limits
-  (:mod:`durable_harness.harness.listener`) apply, with a body cap of ``MAX_PAYLOAD``.
+  turn is answered 401, the same as a wrong secret. An ``Idempotency-Key`` header is the
+  delivery id (else the payload is). The same server takes CI webhooks,
+  ``POST /v1/webhooks/github`` and ``/v1/webhooks/gitlab`` (:mod:`.webhooks`). The
+  listener's limits (:mod:`durable_harness.harness.listener`) apply to every request, with
+  a body cap of ``MAX_PAYLOAD``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import threading
 from typing import Any
 
 from durable_harness.core.errors import ConfigError, NotFound
+from durable_harness.core.settings import WebhookSettings
 from durable_harness.core.world import World
 from durable_harness.harness.listener import (
     BodyLimit,
@@ -31,9 +36,11 @@ from durable_harness.harness.listener import (
     SyncApp,
     token_matches,
 )
+from durable_harness.runtime import webhooks
 
 MAX_PAYLOAD = 1024 * 1024
 _PATH = re.compile(r"^/v1/turns/(?P<turn>[A-Za-z0-9_.-]+)/signals/(?P<name>[A-Za-z0-9_.:-]+)$")
+_WEBHOOK = re.compile(r"^/v1/webhooks/(?P<provider>github|gitlab)$")
 
 
 def parse_payload(data: str | None) -> str:
@@ -58,9 +65,11 @@ class SignalServer:
         port: int,
         quiet: bool = False,
         limits: Limits | None = None,
+        secrets: WebhookSettings | None = None,
     ) -> None:
         self.world = world
         self.quiet = quiet
+        self.secrets = secrets or WebhookSettings.load()
         # One World connection shared by the request threads: serialize its use.
         self.lock = threading.Lock()
         limits = limits or Limits.from_settings(max_body=MAX_PAYLOAD)
@@ -88,7 +97,11 @@ class SignalServer:
         self.log(f"{exchange.method} {exchange.path} {status}")
 
     def _answer(self, exchange: Exchange) -> int:
-        match = _PATH.match(exchange.path.split("?", 1)[0])
+        path = exchange.path.split("?", 1)[0]
+        hook = _WEBHOOK.match(path)
+        if exchange.method == "POST" and hook is not None:
+            return self._webhook(exchange, hook["provider"])
+        match = _PATH.match(path)
         if exchange.method != "POST" or match is None:
             return _send(
                 exchange, 404, {"error": "not found: POST /v1/turns/<turn>/signals/<name>"}
@@ -108,12 +121,32 @@ class SignalServer:
                         exchange, 401, {"error": "bad or missing bearer secret for this turn"}
                     )
                 payload = parse_payload(exchange.body.decode("utf-8", "replace"))
-                fresh = self.world.send_signal(turn_id, name, payload)
+                delivery = exchange.headers.get("Idempotency-Key") or None
+                fresh = self.world.send_signal(turn_id, name, payload, delivery)
         except ConfigError as exc:
             return _send(exchange, 400, {"error": str(exc)})
         return _send(
             exchange, 200 if fresh else 208, {"turn": turn_id, "signal": name, "new": fresh}
         )
+
+    def _webhook(self, exchange: Exchange, provider: str) -> int:
+        headers = {k.lower(): v for k, v in exchange.headers.items()}
+        try:
+            webhooks.authenticate(provider, self.secrets.secret(provider), headers, exchange.body)
+            result, delivery = webhooks.parse(provider, headers, exchange.body)
+        except webhooks.Refused as exc:
+            return _send(exchange, exc.status, {"error": str(exc)})
+        if result is None:
+            self.log(f"{provider} webhook: no finished CI run in it; ignored")
+            return _send(exchange, 202, {"accepted": True})
+        with self.lock:
+            fresh = webhooks.deliver(self.world, result, delivery)
+        # Logged for the operator; the answer is the same whether any turn watched.
+        self.log(
+            f"{provider} {result.event} {result.repo}@{result.sha[:12]} {result.status}: "
+            f"{fresh} new signal(s)"
+        )
+        return _send(exchange, 202, {"accepted": True})
 
 
 def _send(exchange: Exchange, status: int, body: dict[str, Any]) -> int:

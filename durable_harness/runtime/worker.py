@@ -116,7 +116,9 @@ class Worker:
             except TurnSuspended as exc:
                 wait = exc
                 self._settle(
-                    lambda: self.world.suspend(lease, wait.wake_at, wait.waiting_for, wait.signal)
+                    lambda: self.world.suspend(
+                        lease, wait.wake_at, wait.waiting_for, wait.signal, wait.seen
+                    )
                 )
                 self.on_event(f"turn {turn.turn_id}: parked, waiting for {wait.waiting_for}")
                 return TurnOutcome.WAITING

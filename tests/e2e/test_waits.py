@@ -112,8 +112,13 @@ def test_duplicate_signal_and_cli_signal(ci: Harness) -> None:
     data = json.dumps({"status": "failed", "failing": "test_price"})
     first = ci.cli("signal", turn_id, "ci", "--data", data)
     assert first.returncode == 0 and "delivered" in first.stdout
-    again = ci.cli("signal", turn_id, "ci", "--data", '{"status": "passed"}')
+    again = ci.cli("signal", turn_id, "ci", "--data", data)  # no id: the payload is the id
     assert again.returncode == 0 and "already delivered" in again.stdout
+    passed = '{"status": "passed"}'
+    later = ci.cli("signal", turn_id, "ci", "--data", passed, "--id", "run-2")
+    assert later.returncode == 0 and "delivered to" in later.stdout  # queued for a 2nd wait
+    repeat = ci.cli("signal", turn_id, "ci", "--data", passed, "--id", "run-2")
+    assert repeat.returncode == 0 and "already delivered" in repeat.stdout
     bad = ci.cli("signal", turn_id, "ci", "--data", "{not json")
     assert bad.returncode == 2 and "JSON" in bad.stderr
     done = ci.cli("worker", "--until-idle")

@@ -66,11 +66,64 @@ def test_signal_wakes_a_waiting_turn(world: World) -> None:
     assert world.get_signal("t", "ci") == '{"status": "failed"}'
 
 
-def test_duplicate_signal_is_idempotent(world: World) -> None:
-    assert world.send_signal("t", "ci", "first") is True
-    assert world.send_signal("t", "ci", "second") is False
+def test_duplicate_delivery_is_ignored(world: World) -> None:
+    assert world.send_signal("t", "ci", "first", delivery_id="d1") is True
+    assert world.send_signal("t", "ci", "first again", delivery_id="d1") is False
+    assert world.send_signal("t", "ci", "same payload, no id") is True
+    assert world.send_signal("t", "ci", "same payload, no id") is False
     assert world.get_signal("t", "ci") == "first"
     assert world.get_signal("t", "other") is None
+    assert [s.payload for s in world.list_signals("t", "ci")] == [
+        "first",
+        "same payload, no id",
+    ]
+
+
+def test_signals_of_a_name_queue_up_in_order(world: World) -> None:
+    for n in range(3):
+        assert world.send_signal("t", "ci", f"run {n}", delivery_id=f"d{n}") is True
+    found = world.list_signals("t", "ci")
+    assert [(s.index, s.payload, s.delivery_id) for s in found] == [
+        (0, "run 0", "d0"),
+        (1, "run 1", "d1"),
+        (2, "run 2", "d2"),
+    ]
+    assert all(s.claimed_by is None for s in found)
+
+
+def test_a_signal_is_claimed_by_one_wait_step_only(world: World) -> None:
+    world.send_signal("t", "ci", "run 0")
+    assert world.claim_signal("t", "ci", 0, seq=4) is True
+    assert world.claim_signal("t", "ci", 0, seq=4) is True  # the same step again: its own
+    assert world.claim_signal("t", "ci", 0, seq=9) is False
+    assert world.claim_signal("t", "ci", 1, seq=9) is False  # no such signal
+    assert [s.claimed_by for s in world.list_signals("t", "ci")] == [4]
+
+
+def test_suspend_wakes_only_for_a_signal_the_wait_has_not_seen(world: World) -> None:
+    world.send_signal("t", "ci", "run 0")
+    world.suspend(claim(world), time.time() + 3600, "signal ci", signal="ci", seen=1)
+    assert world.claim("w", 30) is None  # the one signal there was seen (e.g. taken)
+    world.send_signal("t", "ci", "run 1")
+    claim(world)
+
+
+def test_watches_route_a_repository_ref_to_turns(world: World) -> None:
+    world.create_turn("s", "t2", "prompt", {})
+    world.watch("github:o/r", "branch:main", "t", "ci")
+    world.watch("github:o/r", "branch:main", "t", "ci")  # idempotent
+    world.watch("github:o/r", "branch:main", "t2", "build")
+    assert world.watchers("github:o/r", "branch:main") == [("t", "ci"), ("t2", "build")]
+    assert world.watchers("github:o/r", "branch:dev") == []
+    assert world.watchers("github:o/other", "branch:main") == []
+    # A new push's watch replaces the turn's last one: the earlier commit reaches nobody.
+    world.watch("github:o/r", "sha:aaa", "t", "ci")
+    world.watch("github:o/r", "sha:bbb", "t", "ci")
+    assert world.watchers("github:o/r", "sha:aaa") == []
+    assert world.watchers("github:o/r", "sha:bbb") == [("t", "ci")]
+    assert world.watchers("github:o/r", "branch:main") == [("t2", "build")]
+    with pytest.raises(NotFound):
+        world.watch("github:o/r", "branch:main", "nope", "ci")
 
 
 def test_signal_before_the_wait_is_kept_and_wakes_the_suspend(world: World) -> None:

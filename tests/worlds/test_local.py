@@ -156,3 +156,29 @@ def test_failed_blob_write_is_a_world_error_and_leaves_nothing(tmp_path: Path) -
             world.put_blob(data)
         with pytest.raises(WorldError):  # nothing half-written was left to read
             world.get_blob(digest)
+
+
+def test_a_signal_of_an_older_world_becomes_the_first_of_its_name(tmp_path: Path) -> None:
+    # A World made before ordered signals (schema version 2): one signal per name.
+    conn = raw(tmp_path)
+    conn.execute(
+        "CREATE TABLE schema_version ("
+        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    for version, (name, statements) in enumerate(MIGRATIONS[:2], start=1):
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (?, ?, 0)", (version, name))
+    conn.execute("INSERT INTO sessions (session_id, created_at) VALUES ('s1', 0)")
+    conn.execute(
+        "INSERT INTO turns (turn_id, session_id, idx, prompt, status, created_at)"
+        " VALUES ('t1', 's1', 0, 'hi', 'waiting', 0)"
+    )
+    conn.execute("INSERT INTO signals VALUES ('t1', 'ci', '{\"status\": \"failed\"}', 0)")
+    conn.close()
+    with LocalWorld(tmp_path) as world:
+        assert world.get_signal("t1", "ci") == '{"status": "failed"}'
+        [old] = world.list_signals("t1", "ci")
+        assert (old.index, old.delivery_id, old.claimed_by) == (0, "legacy", None)
+        assert world.send_signal("t1", "ci", '{"status": "passed"}') is True
+        assert [s.index for s in world.list_signals("t1", "ci")] == [0, 1]

@@ -83,6 +83,29 @@ def test_migrations_are_recorded_and_applied_once(url: str) -> None:
     assert rows == [(n, name) for n, (name, _) in enumerate(MIGRATIONS, start=1)]
 
 
+def test_a_signal_of_an_older_world_becomes_the_first_of_its_name(url: str) -> None:
+    with PostgresWorld(url) as world:
+        claimed(world)
+    # Back to schema version 2 (one signal per name), holding one signal.
+    older = next(s for s in MIGRATIONS[0][1] if "TABLE durable_harness.signals" in s)
+    with raw(url) as conn:
+        conn.execute("DROP TABLE durable_harness.watches")
+        conn.execute("DROP TABLE durable_harness.signal_log")
+        conn.execute(older)
+        conn.execute(
+            "DELETE FROM durable_harness.schema_version WHERE version > %s", (len(MIGRATIONS) - 1,)
+        )
+        conn.execute(
+            "INSERT INTO durable_harness.signals VALUES ('t1', 'ci', '{\"status\": \"failed\"}', 0)"
+        )
+    with PostgresWorld(url) as world:
+        assert world.get_signal("t1", "ci") == '{"status": "failed"}'
+        [old] = world.list_signals("t1", "ci")
+        assert (old.index, old.delivery_id, old.claimed_by) == (0, "legacy", None)
+        assert world.send_signal("t1", "ci", '{"status": "passed"}') is True
+        assert [s.index for s in world.list_signals("t1", "ci")] == [0, 1]
+
+
 def test_workers_starting_at_once_migrate_once(url: str) -> None:
     errors: list[BaseException] = []
     barrier = threading.Barrier(8)

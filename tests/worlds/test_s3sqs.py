@@ -322,6 +322,21 @@ def test_a_corrupt_turn_object_is_corrupt_journal(opened: Callable[..., S3SqsWor
         world.get_turn("t1")
 
 
+def test_a_signal_of_an_older_world_is_the_first_of_its_name(
+    opened: Callable[..., S3SqsWorld],
+) -> None:
+    world = opened()
+    running_turn(world)
+    # What an older World wrote: one object per name, no delivery id, at the same key.
+    older = b'{"payload": "{\\"status\\": \\"failed\\"}", "received_at": 0, "write_id": "w"}'
+    world._store.put_bytes(world._layout.signal("t1", "ci"), older)
+    [old] = world.list_signals("t1", "ci")
+    assert (old.index, old.payload, old.delivery_id) == (0, '{"status": "failed"}', "legacy")
+    assert world.send_signal("t1", "ci", '{"status": "passed"}') is True
+    assert [s.index for s in world.list_signals("t1", "ci")] == [0, 1]
+    assert world.claim_signal("t1", "ci", 0, seq=2) is True
+
+
 def test_the_url_form_names_bucket_prefix_and_queue(options: dict[str, Any]) -> None:
     url = f"s3sqs://{options['bucket']}/team-a?queue={options['queue_url']}"
     with open_world(url) as world:

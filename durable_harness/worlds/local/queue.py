@@ -14,7 +14,7 @@ import sqlite3
 import time
 
 from durable_harness.core.types import Lease, Turn, TurnStatus
-from durable_harness.core.world import Queue
+from durable_harness.core.world import Queue, Signal, delivery_key
 from durable_harness.worlds.local.db import Database, fence, load_turn, turn_row
 from durable_harness.worlds.local.schema import turn_from_row
 
@@ -148,16 +148,16 @@ class LocalQueue(Queue):
             )
 
     def suspend(
-        self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
+        self,
+        lease: Lease,
+        wake_at: float,
+        waiting_for: str,
+        signal: str | None = None,
+        seen: int = 0,
     ) -> None:
         with self._db.transaction(write=True) as conn:
             fence(conn, lease.turn_id, lease.epoch)
-            if (
-                signal is not None
-                and conn.execute(
-                    "SELECT 1 FROM signals WHERE turn_id = ? AND name = ?", (lease.turn_id, signal)
-                ).fetchone()
-            ):
+            if signal is not None and _count(conn, lease.turn_id, signal) > seen:
                 # It landed between the wait's check and this suspend: wake at once.
                 wake_at = time.time()
             conn.execute(
@@ -167,13 +167,22 @@ class LocalQueue(Queue):
                 (TurnStatus.WAITING, wake_at, waiting_for, lease.turn_id),
             )
 
-    def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
+    def send_signal(
+        self, turn_id: str, name: str, payload: str, delivery_id: str | None = None
+    ) -> bool:
         with self._db.transaction(write=True) as conn:
             turn_row(conn, turn_id)
             inserted = conn.execute(
-                "INSERT INTO signals (turn_id, name, payload, received_at) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (turn_id, name) DO NOTHING",
-                (turn_id, name, payload, time.time()),
+                "INSERT INTO signal_log (turn_id, name, idx, delivery_id, payload, received_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (turn_id, name, delivery_id) DO NOTHING",
+                (
+                    turn_id,
+                    name,
+                    _count(conn, turn_id, name),  # under the write lock: no race for idx
+                    delivery_key(payload, delivery_id),
+                    payload,
+                    time.time(),
+                ),
             ).rowcount
             conn.execute(
                 "UPDATE turns SET visible_at = ? WHERE turn_id = ? AND status = ?",
@@ -181,12 +190,45 @@ class LocalQueue(Queue):
             )
             return inserted == 1
 
-    def get_signal(self, turn_id: str, name: str) -> str | None:
+    def list_signals(self, turn_id: str, name: str) -> list[Signal]:
         with self._db.transaction(write=False) as conn:
+            rows = conn.execute(
+                "SELECT idx, payload, delivery_id, claimed_by FROM signal_log"
+                " WHERE turn_id = ? AND name = ? ORDER BY idx",
+                (turn_id, name),
+            ).fetchall()
+        return [Signal(r["idx"], r["payload"], r["delivery_id"], r["claimed_by"]) for r in rows]
+
+    def claim_signal(self, turn_id: str, name: str, index: int, seq: int) -> bool:
+        with self._db.transaction(write=True) as conn:
+            conn.execute(
+                "UPDATE signal_log SET claimed_by = ? WHERE turn_id = ? AND name = ?"
+                " AND idx = ? AND claimed_by IS NULL",
+                (seq, turn_id, name, index),
+            )
             row = conn.execute(
-                "SELECT payload FROM signals WHERE turn_id = ? AND name = ?", (turn_id, name)
+                "SELECT claimed_by FROM signal_log WHERE turn_id = ? AND name = ? AND idx = ?",
+                (turn_id, name, index),
             ).fetchone()
-            return None if row is None else str(row["payload"])
+        return row is not None and row["claimed_by"] == seq
+
+    def watch(self, scope: str, ref: str, turn_id: str, name: str) -> None:
+        with self._db.transaction(write=True) as conn:
+            turn_row(conn, turn_id)
+            conn.execute(
+                "INSERT INTO watches (scope, turn_id, name, ref) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (scope, turn_id, name) DO UPDATE SET ref = excluded.ref",
+                (scope, turn_id, name, ref),
+            )
+
+    def watchers(self, scope: str, ref: str) -> list[tuple[str, str]]:
+        with self._db.transaction(write=False) as conn:
+            rows = conn.execute(
+                "SELECT turn_id, name FROM watches WHERE scope = ? AND ref = ?"
+                " ORDER BY turn_id, name",
+                (scope, ref),
+            ).fetchall()
+        return [(str(r["turn_id"]), str(r["name"])) for r in rows]
 
     def end_turn(
         self, lease: Lease, status: TurnStatus, result: str | None, error: str | None
@@ -199,3 +241,10 @@ class LocalQueue(Queue):
                 " lease_owner = NULL, lease_expires_at = NULL WHERE turn_id = ?",
                 (status, result, error, time.time(), lease.turn_id),
             )
+
+
+def _count(conn: sqlite3.Connection, turn_id: str, name: str) -> int:
+    row = conn.execute(
+        "SELECT COUNT(*) FROM signal_log WHERE turn_id = ? AND name = ?", (turn_id, name)
+    ).fetchone()
+    return int(row[0])

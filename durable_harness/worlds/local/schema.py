@@ -62,6 +62,26 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 PRIMARY KEY (turn_id, name))""",
         ),
     ),
+    (
+        "ordered signals and webhook watches",
+        (
+            # Every delivery of a name is kept, in order; a wait takes the first one no
+            # earlier wait took (claimed_by: its step's seq). The one signal an older World
+            # kept per name becomes the first of its name.
+            """CREATE TABLE signal_log (
+                turn_id TEXT NOT NULL REFERENCES turns(turn_id), name TEXT NOT NULL,
+                idx INTEGER NOT NULL, delivery_id TEXT NOT NULL, payload TEXT NOT NULL,
+                received_at REAL NOT NULL, claimed_by INTEGER,
+                PRIMARY KEY (turn_id, name, idx), UNIQUE (turn_id, name, delivery_id))""",
+            """INSERT INTO signal_log (turn_id, name, idx, delivery_id, payload, received_at)
+               SELECT turn_id, name, 0, 'legacy', payload, received_at FROM signals""",
+            "DROP TABLE signals",
+            """CREATE TABLE watches (
+                scope TEXT NOT NULL, turn_id TEXT NOT NULL REFERENCES turns(turn_id),
+                name TEXT NOT NULL, ref TEXT NOT NULL, PRIMARY KEY (scope, turn_id, name))""",
+            "CREATE INDEX watches_ref ON watches(scope, ref)",
+        ),
+    ),
 ]
 
 _E = TypeVar("_E", TurnStatus, StepStatus)

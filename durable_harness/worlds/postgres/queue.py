@@ -13,7 +13,7 @@ from durable_harness.core.errors import (
     NotFound,
 )
 from durable_harness.core.types import Lease, TurnStatus
-from durable_harness.core.world import Queue
+from durable_harness.core.world import Queue, Signal, delivery_key
 from durable_harness.worlds.postgres import connections as db
 from durable_harness.worlds.postgres import schema, sql
 from durable_harness.worlds.postgres.connections import PostgresConnections, log, one_line
@@ -136,13 +136,24 @@ class PostgresQueue(PostgresConnections, Queue):
         self._run(f"{status.value} turn", op)
 
     # -- durable waits -------------------------------------------------------------------
+    def now(self) -> float:
+        row = self._run("now", lambda c, _: db.one_row(c, sql.NOW))
+        assert row is not None
+        return float(row["now"])
+
     def suspend(
-        self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
+        self,
+        lease: Lease,
+        wake_at: float,
+        waiting_for: str,
+        signal: str | None = None,
+        seen: int = 0,
     ) -> None:
         params = {
             "turn_id": lease.turn_id,
             "waiting_for": waiting_for,
             "signal": signal,
+            "seen": seen,
             "wake_at": float(wake_at),
         }
 
@@ -166,24 +177,52 @@ class PostgresQueue(PostgresConnections, Queue):
             return
         raise self._fence_error(conn, lease.turn_id, lease.epoch)
 
-    def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
+    def send_signal(
+        self, turn_id: str, name: str, payload: str, delivery_id: str | None = None
+    ) -> bool:
+        delivery = delivery_key(payload, delivery_id)
+        params = {"turn_id": turn_id, "name": name, "delivery_id": delivery, "payload": payload}
+
         def op(conn: psycopg.Connection[Any], retried: bool) -> bool:
             with conn.transaction():
                 if db.one_row(conn, sql.GET_TURN, (turn_id,)) is None:
                     raise NotFound(f"no turn {turn_id!r}")
                 db.one_row(conn, sql.LOCK_JOB, (turn_id,))  # none once the turn ended
-                if db.one_row(conn, sql.INSERT_SIGNAL, (turn_id, name, payload)) is None:
+                db.one_row(conn, sql.LOCK_TURN, (turn_id,))  # one insert at a time: idx
+                if db.one_row(conn, sql.INSERT_SIGNAL, params) is None:
                     # A duplicate, unless it is our own insert whose reply was lost.
-                    row = db.one_row(conn, sql.GET_SIGNAL, (turn_id, name))
+                    row = db.one_row(conn, sql.GET_DELIVERY, (turn_id, name, delivery))
                     return bool(retried and row is not None and row["payload"] == payload)
                 db.one_row(conn, sql.WAKE, (turn_id,))
                 return True
 
         return self._run("send_signal", op)
 
-    def get_signal(self, turn_id: str, name: str) -> str | None:
-        row = self._run("get_signal", lambda c, _: db.one_row(c, sql.GET_SIGNAL, (turn_id, name)))
-        return None if row is None else str(row["payload"])
+    def list_signals(self, turn_id: str, name: str) -> list[Signal]:
+        rows = self._run(
+            "list_signals", lambda c, _: db.all_rows(c, sql.LIST_SIGNALS, (turn_id, name))
+        )
+        return [
+            Signal(int(r["idx"]), str(r["payload"]), str(r["delivery_id"]), r["claimed_by"])
+            for r in rows
+        ]
+
+    def claim_signal(self, turn_id: str, name: str, index: int, seq: int) -> bool:
+        params = {"turn_id": turn_id, "name": name, "idx": index, "seq": seq}
+        row = self._run("claim_signal", lambda c, _: db.one_row(c, sql.CLAIM_SIGNAL, params))
+        return row is not None and row["claimed_by"] == seq
+
+    def watch(self, scope: str, ref: str, turn_id: str, name: str) -> None:
+        def op(conn: psycopg.Connection[Any], retried: bool) -> None:
+            if db.one_row(conn, sql.GET_TURN, (turn_id,)) is None:
+                raise NotFound(f"no turn {turn_id!r}")
+            conn.execute(sql.INSERT_WATCH, (scope, turn_id, name, ref))
+
+        self._run("watch", op)
+
+    def watchers(self, scope: str, ref: str) -> list[tuple[str, str]]:
+        rows = self._run("watchers", lambda c, _: db.all_rows(c, sql.LIST_WATCHERS, (scope, ref)))
+        return [(str(r["turn_id"]), str(r["name"])) for r in rows]
 
     def wait_for_work(self, timeout: float) -> None:
         """Return when a turn was created, enqueued or released (``NOTIFY``), when the

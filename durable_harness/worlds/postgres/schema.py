@@ -7,7 +7,8 @@ shares a database with other applications without touching their tables::
     turns            the durable record of a turn: prompt, config, final status/result/error
     jobs             the queue: one row per unfinished turn, holding its lease and epoch
     steps            the journal: PRIMARY KEY (turn_id, seq), UNIQUE (turn_id, key)
-    signals          (turn_id, name) -> payload, for durable waits
+    signal_log       (turn_id, name, idx) -> payload, delivery id, the wait that took it
+    watches          (scope, turn_id, name) -> the ref (commit or branch) webhooks match
     blobs            content-addressed payloads (bytea), PRIMARY KEY digest
     session_records  (session_id, name) -> blob digest
     turn_view        turns joined with their job: what ``get_turn`` returns
@@ -138,6 +139,36 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                       j.lease_owner, j.lease_expires_at, j.visible_at, j.waiting_for,
                       t.result, t.error, t.finished_at, t.id
                FROM durable_harness.turns t LEFT JOIN durable_harness.jobs j USING (turn_id)""",
+        ),
+    ),
+    (
+        "ordered signals and webhook watches",
+        (
+            # Every delivery of a name is kept, in order; a wait takes the first one no
+            # earlier wait took (claimed_by: its step's seq). The one signal an older World
+            # kept per name becomes the first of its name.
+            """CREATE TABLE durable_harness.signal_log (
+                turn_id text NOT NULL REFERENCES durable_harness.turns (turn_id),
+                name text NOT NULL,
+                idx integer NOT NULL,
+                delivery_id text NOT NULL,
+                payload text NOT NULL,
+                received_at double precision NOT NULL,
+                claimed_by integer,
+                PRIMARY KEY (turn_id, name, idx),
+                UNIQUE (turn_id, name, delivery_id))""",
+            """INSERT INTO durable_harness.signal_log
+                   (turn_id, name, idx, delivery_id, payload, received_at)
+               SELECT turn_id, name, 0, 'legacy', payload, received_at
+               FROM durable_harness.signals""",
+            "DROP TABLE durable_harness.signals",
+            """CREATE TABLE durable_harness.watches (
+                scope text NOT NULL,
+                turn_id text NOT NULL REFERENCES durable_harness.turns (turn_id),
+                name text NOT NULL,
+                ref text NOT NULL,
+                PRIMARY KEY (scope, turn_id, name))""",
+            "CREATE INDEX watches_ref ON durable_harness.watches (scope, ref)",
         ),
     ),
 ]

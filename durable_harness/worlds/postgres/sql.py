@@ -204,6 +204,8 @@ RETURNING t.turn_id"""
 # suspend and send_signal each lock the job row first and look at the other's table in a
 # later statement (a new snapshot): whichever commits second sees the first, so a signal
 # racing a suspend always wakes the turn.
+NOW = "SELECT durable_harness.epoch_now() AS now"
+
 LOCK_RUNNING_JOB = """
 SELECT epoch FROM durable_harness.jobs
 WHERE turn_id = %s AND epoch = %s AND status = 'running'
@@ -215,8 +217,8 @@ WITH parked AS (
     SET status = 'waiting', lease_owner = NULL, lease_expires_at = NULL,
         waiting_for = %(waiting_for)s, attempt_floor = attempts,
         visible_at = CASE
-            WHEN EXISTS (SELECT FROM durable_harness.signals
-                         WHERE turn_id = %(turn_id)s AND name = %(signal)s::text)
+            WHEN (SELECT count(*) FROM durable_harness.signal_log
+                  WHERE turn_id = %(turn_id)s AND name = %(signal)s::text) > %(seen)s
             THEN durable_harness.epoch_now()
             ELSE %(wake_at)s END
     WHERE turn_id = %(turn_id)s
@@ -226,11 +228,43 @@ SELECT turn_id, pg_notify('durable_harness_work', '') FROM parked"""
 
 LOCK_JOB = "SELECT status FROM durable_harness.jobs WHERE turn_id = %s FOR UPDATE"
 
+# The job row (or, for a turn that ended, the turn row) is locked first: one insert at a
+# time per turn, so idx is the count so far.
+LOCK_TURN = "SELECT turn_id FROM durable_harness.turns WHERE turn_id = %s FOR UPDATE"
+
 INSERT_SIGNAL = """
-INSERT INTO durable_harness.signals (turn_id, name, payload, received_at)
-VALUES (%s, %s, %s, durable_harness.epoch_now())
-ON CONFLICT (turn_id, name) DO NOTHING
-RETURNING name"""
+INSERT INTO durable_harness.signal_log (turn_id, name, idx, delivery_id, payload, received_at)
+SELECT %(turn_id)s, %(name)s, count(*), %(delivery_id)s, %(payload)s, durable_harness.epoch_now()
+FROM durable_harness.signal_log WHERE turn_id = %(turn_id)s AND name = %(name)s
+ON CONFLICT (turn_id, name, delivery_id) DO NOTHING
+RETURNING idx"""
+
+GET_DELIVERY = """
+SELECT payload FROM durable_harness.signal_log
+WHERE turn_id = %s AND name = %s AND delivery_id = %s"""
+
+LIST_SIGNALS = """
+SELECT idx, payload, delivery_id, claimed_by FROM durable_harness.signal_log
+WHERE turn_id = %s AND name = %s ORDER BY idx"""
+
+CLAIM_SIGNAL = """
+WITH taken AS (
+    UPDATE durable_harness.signal_log SET claimed_by = %(seq)s
+    WHERE turn_id = %(turn_id)s AND name = %(name)s AND idx = %(idx)s AND claimed_by IS NULL
+    RETURNING claimed_by
+)
+SELECT claimed_by FROM taken
+UNION ALL
+SELECT claimed_by FROM durable_harness.signal_log
+WHERE turn_id = %(turn_id)s AND name = %(name)s AND idx = %(idx)s AND claimed_by IS NOT NULL"""
+
+INSERT_WATCH = """
+INSERT INTO durable_harness.watches (scope, turn_id, name, ref) VALUES (%s, %s, %s, %s)
+ON CONFLICT (scope, turn_id, name) DO UPDATE SET ref = excluded.ref"""
+
+LIST_WATCHERS = """
+SELECT turn_id, name FROM durable_harness.watches WHERE scope = %s AND ref = %s
+ORDER BY turn_id, name"""
 
 WAKE = """
 WITH woken AS (
@@ -239,8 +273,6 @@ WITH woken AS (
     RETURNING turn_id
 )
 SELECT turn_id, pg_notify('durable_harness_work', '') FROM woken"""
-
-GET_SIGNAL = "SELECT payload FROM durable_harness.signals WHERE turn_id = %s AND name = %s"
 
 FENCE = """
 SELECT epoch FROM durable_harness.jobs WHERE turn_id = %s AND epoch = %s AND status = 'running'"""

@@ -30,7 +30,8 @@ Consistency design (S3 has compare-and-swap on one object and no transaction):
   A message received only to be hidden again half that many times is replaced by a fresh
   one, so the backstop never takes a healthy turn (a long wait, a long lease).
 * **Waits**: ``suspend`` parks the turn object and hides the message until the wake-up;
-  a signal is an object created with If-None-Match (the first payload wins); a wake-up
+  a signal is an object created with If-None-Match at the next free index (the first
+  of a name keeps the key older Worlds used; a claim is a CAS on it); a wake-up
   sends a fresh message. ``suspend`` reads the signal after its CAS and ``send_signal``
   reads the turn after storing the signal, so one of them sees the other.
 * **Fencing the journal** (:mod:`.journal`): a step row is created with

@@ -21,6 +21,7 @@ from typing import Any
 
 from durable_harness.core.errors import CorruptJournal, NotFound, WorldError
 from durable_harness.core.types import Session, Turn, TurnStatus
+from durable_harness.core.world import Signal
 from durable_harness.worlds.s3sqs.store import Doc, Precondition, S3Store, micros, parse_entry
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -242,18 +243,58 @@ class S3Catalog:
         doc = self.store.get(self.layout.record(session_id, name))
         return None if doc is None else str(doc.data["digest"])
 
-    def put_signal(self, turn_id: str, name: str, payload: str) -> bool:
-        """Record the signal; ``False`` if it had arrived already (the first payload wins)."""
-        data = {"payload": payload, "received_at": time.time()}
-        try:
-            self.store.put(self.layout.signal(turn_id, name), data, if_none_match=True)
-            return True
-        except Precondition:
-            return False
+    def put_signal(self, turn_id: str, name: str, payload: str, delivery: str) -> bool:
+        """Append the signal at the next free index; ``False`` if a signal of that name
+        already carries ``delivery``. Two senders racing for one index: one create wins
+        (If-None-Match), the other reads the winner and goes on from there, so the same
+        delivery sent twice at once is stored once."""
+        found = self.signal_docs(turn_id, name)
+        while True:
+            if any(doc.get("delivery_id", "legacy") == delivery for doc in found):
+                return False
+            data = {"payload": payload, "received_at": time.time(), "delivery_id": delivery}
+            try:
+                key = self.layout.signal(turn_id, name, len(found))
+                self.store.put(key, data, if_none_match=True)
+                return True
+            except Precondition:
+                found = self.signal_docs(turn_id, name)
 
-    def get_signal(self, turn_id: str, name: str) -> str | None:
-        doc = self.store.get(self.layout.signal(turn_id, name))
-        return None if doc is None else str(doc.data["payload"])
+    def signal_docs(self, turn_id: str, name: str) -> list[dict[str, Any]]:
+        """The signals of a name, in order (the first, then the ones listed below it)."""
+        first = self.store.get(self.layout.signal(turn_id, name))
+        if first is None:
+            return []
+        later = self.store.list_keys(self.layout.signal(turn_id, name) + "/")
+        docs = [first.data] + [d.data for d in self.store.map(self.store.get, list(later)) if d]
+        return docs
+
+    def list_signals(self, turn_id: str, name: str) -> list[Signal]:
+        return [
+            Signal(i, str(d["payload"]), str(d.get("delivery_id", "legacy")), d.get("claimed_by"))
+            for i, d in enumerate(self.signal_docs(turn_id, name))
+        ]
+
+    def claim_signal(self, turn_id: str, name: str, index: int, seq: int) -> bool:
+        def take(data: dict[str, Any]) -> dict[str, Any] | None:
+            return None if data.get("claimed_by") is not None else {**data, "claimed_by": seq}
+
+        doc = self.store.update(self.layout.signal(turn_id, name, index), take)
+        return doc is not None and doc.data.get("claimed_by") == seq
+
+    def watch(self, scope: str, ref: str, turn_id: str, name: str) -> None:
+        self.turn_doc(turn_id)
+        data = {"turn_id": turn_id, "name": name, "ref": ref}
+        self.store.put(self.layout.watch(scope, turn_id, name), data)
+
+    def watchers(self, scope: str, ref: str) -> list[tuple[str, str]]:
+        """Reads every watch of the repository: a handful (one per turn and name)."""
+        keys = list(self.store.list_keys(self.layout.watch(scope)))
+        docs = [d for d in self.store.map(self.store.get, keys) if d is not None]
+        found = {
+            (str(d.data["turn_id"]), str(d.data["name"])) for d in docs if d.data["ref"] == ref
+        }
+        return sorted(found)
 
     def turn_doc(self, turn_id: str) -> Doc:
         doc = self.store.get(self.layout.turn(turn_id))

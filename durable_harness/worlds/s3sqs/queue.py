@@ -18,7 +18,7 @@ from durable_harness.core.types import (
     Lease,
     TurnStatus,
 )
-from durable_harness.core.world import Queue
+from durable_harness.core.world import Queue, Signal, delivery_key
 from durable_harness.worlds.s3sqs.catalog import S3Catalog
 from durable_harness.worlds.s3sqs.journal import S3Journal
 from durable_harness.worlds.s3sqs.sqs import Message, SqsQueue
@@ -298,7 +298,12 @@ class S3SqsQueue(Queue):
 
     # -- durable waits -------------------------------------------------------------
     def suspend(
-        self, lease: Lease, wake_at: float, waiting_for: str, signal: str | None = None
+        self,
+        lease: Lease,
+        wake_at: float,
+        waiting_for: str,
+        signal: str | None = None,
+        seen: int = 0,
     ) -> None:
         def parked(data: dict[str, Any]) -> dict[str, Any]:
             return {
@@ -315,19 +320,32 @@ class S3SqsQueue(Queue):
         doc = self._fenced(lease, parked)
         # Read after the suspend is visible: a signal that arrived before it found the turn
         # running and woke nothing, so it wakes the turn now.
-        if signal is not None and self._catalog.get_signal(lease.turn_id, signal) is not None:
+        if signal is not None and len(self._catalog.signal_docs(lease.turn_id, signal)) > seen:
             self._wake(lease.turn_id, (TurnStatus.WAITING,), 0.0)
         else:
             self._queue.hide(doc.data.get("receipt"), wake_at - time.time())
 
-    def send_signal(self, turn_id: str, name: str, payload: str) -> bool:
+    def send_signal(
+        self, turn_id: str, name: str, payload: str, delivery_id: str | None = None
+    ) -> bool:
         self._catalog.turn_doc(turn_id)
-        inserted = self._catalog.put_signal(turn_id, name, payload)
+        inserted = self._catalog.put_signal(
+            turn_id, name, payload, delivery_key(payload, delivery_id)
+        )
         self._wake(turn_id, (TurnStatus.WAITING,), 0.0)
         return inserted
 
-    def get_signal(self, turn_id: str, name: str) -> str | None:
-        return self._catalog.get_signal(turn_id, name)
+    def list_signals(self, turn_id: str, name: str) -> list[Signal]:
+        return self._catalog.list_signals(turn_id, name)
+
+    def claim_signal(self, turn_id: str, name: str, index: int, seq: int) -> bool:
+        return self._catalog.claim_signal(turn_id, name, index, seq)
+
+    def watch(self, scope: str, ref: str, turn_id: str, name: str) -> None:
+        self._catalog.watch(scope, ref, turn_id, name)
+
+    def watchers(self, scope: str, ref: str) -> list[tuple[str, str]]:
+        return self._catalog.watchers(scope, ref)
 
     def end_turn(
         self, lease: Lease, status: TurnStatus, result: str | None, error: str | None

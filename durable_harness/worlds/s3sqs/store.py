@@ -162,8 +162,16 @@ class Layout:
     def key_marker(self, turn_id: str, key_digest: str) -> str:
         return f"{self.prefix}turns/{ident(turn_id)}/keys/{key_digest}"
 
-    def signal(self, turn_id: str, name: str) -> str:
-        return f"{self.prefix}turns/{ident(turn_id)}/signals/{ident(name)}"
+    def signal(self, turn_id: str, name: str, index: int = 0) -> str:
+        """The first signal of a name keeps the key older Worlds gave the only one; the
+        later ones go below it (``ident`` encodes a ``/`` in a name, so keys cannot clash)."""
+        first = f"{self.prefix}turns/{ident(turn_id)}/signals/{ident(name)}"
+        return first if index == 0 else f"{first}/{index:010d}"
+
+    def watch(self, scope: str, turn_id: str = "", name: str = "") -> str:
+        """A webhook watch; without a turn, the prefix of every watch of ``scope``."""
+        base = f"{self.prefix}watches/{ident(scope)}/"
+        return f"{base}{ident(turn_id)}/{ident(name)}" if turn_id else base
 
     def probe(self) -> str:
         return f"{self.prefix}_durable-harness/probe"

@@ -1,0 +1,140 @@
+"""The CI loop with ordered signals: push, wait, fix, push again, wait again.
+
+The built-in agent (scripted model, ci_loop.toml) pushes aaaa1111; fake GitHub Actions
+reports it failed, by a signed ``workflow_run`` webhook to a real signal-server, before
+the agent starts its first wait. The agent pushes bbbb2222 and waits again. The worker
+is SIGKILLed during that second wait; meanwhile GitHub redelivers the first result and
+a re-run of aaaa1111 reports success (neither may end the second wait). CI then reports
+bbbb2222; a new worker resumes the turn, whose second wait gets the second result, not
+the first. Local and Postgres Worlds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from support import FIXTURES, Harness, ids_of, make_harness
+
+from durable_harness.core.types import StepStatus
+from durable_harness.core.world import World
+from durable_harness.worlds import open_world
+
+TOOLS = f"{FIXTURES / 'ci_loop_tools.py'}:TOOLS"
+SECRET = "operator-github-secret"
+
+
+@pytest.fixture(params=["local", "postgres"])
+def ci(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    with contextlib.ExitStack() as stack:
+        world_env: dict[str, str] = {}
+        if request.param == "postgres":
+            url = stack.enter_context(request.getfixturevalue("postgres").database())
+            world_env = {"DURABLE_HARNESS_WORLD": "postgres", "DURABLE_HARNESS_POSTGRES_URL": url}
+        for h in make_harness(tmp_path, FIXTURES / "ci_loop.toml", lease="2"):
+            h.env.update(world_env)
+            h.env["DURABLE_HARNESS_GITHUB_WEBHOOK_SECRET"] = SECRET
+            h.env["CI_RUNS"] = str(tmp_path / "ci-runs.txt")
+            hold = tmp_path / "ci-hold"
+            h.env["CI_PLAN"] = json.dumps(
+                {
+                    "aaaa1111": {"conclusion": "failure"},
+                    "bbbb2222": {"conclusion": "success", "hold": str(hold)},
+                }
+            )
+            server = h.popen("signal-server", "--port", "0")
+            assert server.stdout is not None
+            line = server.stdout.readline()
+            assert line.startswith("signal server listening on "), line
+            h.env["DURABLE_HARNESS_SIGNAL_URL"] = line.split()[-1]
+            try:
+                yield h
+            finally:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.communicate()
+                pids = Path(h.env["CI_RUNS"]).with_suffix(".pids")
+                for pid in pids.read_text().split() if pids.exists() else []:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(int(pid), signal.SIGKILL)  # CI jobs still holding
+
+
+def world_of(h: Harness) -> World:
+    if h.env.get("DURABLE_HARNESS_WORLD") == "postgres":
+        return open_world("postgres", url=h.env["DURABLE_HARNESS_POSTGRES_URL"])
+    return open_world("local", data_dir=h.env["DURABLE_HARNESS_DATA_DIR"])
+
+
+def github_ci(h: Harness, sha: str, conclusion: str, delivery: str) -> None:
+    """One more report from fake GitHub Actions, at once."""
+    script = str(FIXTURES / "github_ci.py")
+    url = h.env["DURABLE_HARNESS_SIGNAL_URL"]
+    args = [url, SECRET, "acme/shop", sha, conclusion, delivery]
+    subprocess.run([sys.executable, script, *args], check=True, timeout=60)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def test_second_wait_gets_the_second_ci_result_across_a_sigkill(ci: Harness) -> None:
+    out = ci.cli("run", "--detach", "--tools", TOOLS, "Loop CI")
+    assert out.returncode == 0, out.stderr
+    turn_id = ids_of(out)["turn"]
+    worker = ci.popen("worker")
+    with world_of(ci) as world:
+
+        def at_second_wait() -> bool:
+            turn = world.get_turn(turn_id)
+            waits = [s for s in world.load_steps(turn_id) if s.name == "wait_for_signal"]
+            return turn.status.value == "waiting" and len(waits) == 2
+
+        wait_for(at_second_wait)
+        os.killpg(worker.pid, signal.SIGKILL)  # the worker dies during the second wait
+        worker.communicate()
+        assert world.get_turn(turn_id).lease_owner is None
+
+        # The first result was recorded before the first wait began (push returned after).
+        first = world.list_signals(turn_id, "ci")
+        assert len(first) == 1 and json.loads(first[0].payload)["sha"] == "aaaa1111"
+        # GitHub redelivers the first result; a re-run of aaaa1111 goes green. Neither is
+        # for the commit the turn now waits on: nothing is recorded, the turn stays parked.
+        github_ci(ci, "aaaa1111", "failure", "delivery-aaaa1111")
+        github_ci(ci, "aaaa1111", "success", "rerun-aaaa1111")
+        assert len(world.list_signals(turn_id, "ci")) == 1
+        assert world.get_turn(turn_id).status.value == "waiting"
+
+        (ci.tmp / "ci-hold").touch()  # CI reports bbbb2222 now, with no worker alive
+        wait_for(lambda: len(world.list_signals(turn_id, "ci")) == 2)
+        done = ci.cli("worker", "--until-idle", timeout=180)
+        assert done.returncode == 0, done.stderr
+
+        data = ci.show(turn_id)
+        assert data["turn"]["status"] == "done", data["turn"]
+        assert data["turn"]["result"] == "CI is green on bbbb2222."
+        steps = world.load_steps(turn_id)
+        tools = [s for s in steps if s.kind == "tool"]
+        assert [s.name for s in tools] == ["push", "wait_for_signal", "push", "wait_for_signal"]
+        assert all(s.status is StepStatus.DONE for s in tools)
+        waits = [s for s in tools if s.name == "wait_for_signal"]
+        assert "aaaa1111" in str(waits[0].output) and "failure" in str(waits[0].output)
+        assert "bbbb2222" in str(waits[1].output) and "success" in str(waits[1].output)
+        # Each wait took its own signal, recorded by the wait's seq; in push order.
+        signals = world.list_signals(turn_id, "ci")
+        assert [json.loads(s.payload)["sha"] for s in signals] == ["aaaa1111", "bbbb2222"]
+        assert [s.claimed_by for s in signals] == [waits[0].seq, waits[1].seq]
+    # Each commit was pushed once; no model call was repeated.
+    assert Path(ci.env["CI_RUNS"]).read_text().split() == ["aaaa1111", "bbbb2222"]
+    assert ci.repeated_requests() == {}
