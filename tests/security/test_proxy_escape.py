@@ -17,8 +17,7 @@ Each is refused with the proxy's reason; the fake model's request log shows none
 holds the model's one tool call; the first turns finish with their scripted reply, the
 budget's turn ends failed with its reason.
 
-In the same turn, Claude Code and Codex in Docker (the two APIs' credentials) and both
-host-folder CLIs also run ``listener_attack.js`` against every listener the process can
+In the same turn, every one of them also runs ``listener_attack.js`` against every listener the process can
 reach (in Docker the launch's bridge on ``127.0.0.1`` and the run folder's unix socket it
 relays to; on a host folder the proxy on loopback): malformed and oversize framings,
 wrong, missing and non-ASCII tokens on the model, hook and ``/mcp`` paths, slow headers
@@ -203,8 +202,8 @@ CLIS = {
         '{{ name = "exec_command", input = {{ cmd = "{command}", yield_time_ms = 60000 }} }}',
         listeners=True,
     ),
-    "opencode": Cli("opencode", "claude-sonnet-4-5", "anthropic", _OPENCODE_BASH),
-    "pi": Cli("pi", "claude-sonnet-4-5", "anthropic", _BASH),
+    "opencode": Cli("opencode", "claude-sonnet-4-5", "anthropic", _OPENCODE_BASH, listeners=True),
+    "pi": Cli("pi", "claude-sonnet-4-5", "anthropic", _BASH, listeners=True),
     "pi-host-folder": Cli(
         "pi", "claude-sonnet-4-5", "anthropic", _BASH, place="host", listeners=True
     ),
