@@ -38,7 +38,8 @@ from durable_harness.core.world import Queue
 
 PROVIDERS = ("github", "gitlab")
 _REPO = re.compile(r"^(?P<provider>github|gitlab):(?P<path>[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+)$")
-_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
+#: A full commit id (SHA-1 or SHA-256): a result names the full one, a short one matches none.
+_SHA = re.compile(r"^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$")
 
 #: GitLab pipeline statuses that end a pipeline (the others: created, pending, running, ...).
 GITLAB_FINAL = frozenset({"success", "failed", "canceled", "skipped"})
@@ -90,7 +91,9 @@ def watch_ref(
     if found is None:
         raise ConfigError(f"repository {repo!r} is not github:OWNER/NAME or gitlab:GROUP/PROJECT")
     if sha is not None and not _SHA.match(sha):
-        raise ConfigError(f"--sha {sha!r} is not a commit id (7 to 64 hex digits)")
+        raise ConfigError(
+            f"--sha {sha!r} is not a full commit id (40 or 64 hex digits: `git rev-parse`)"
+        )
     if (sha is None) == (branch is None):
         raise ConfigError("give exactly one of --sha and --branch")
     ref = f"sha:{sha.lower()}" if sha is not None else f"branch:{branch}"
@@ -145,6 +148,8 @@ def parse(provider: str, headers: Mapping[str, str], body: bytes) -> tuple[CIRes
 
 
 def _github(event: str, data: dict[str, Any]) -> CIResult | None:
+    if event not in ("check_suite", "workflow_run", "status"):
+        return None  # ping, and every event that reports no CI result (some lack a repository)
     repo = str(data["repository"]["full_name"])
     if event in ("check_suite", "workflow_run"):
         run = data[event]
@@ -156,6 +161,11 @@ def _github(event: str, data: dict[str, Any]) -> CIResult | None:
         else:
             name, url = str(run.get("name") or "workflow"), str(run.get("html_url") or "")
         branch = run.get("head_branch")
+        head = (run.get("head_repository") or {}).get("full_name")
+        if head is not None and head != repo:
+            # A fork's pull request: its branch name is the fork author's choice (a
+            # fork's "main" is not this repository's), so it reaches only a commit watch.
+            branch = None
         return CIResult(
             "github",
             event,
@@ -191,6 +201,10 @@ def _gitlab(data: dict[str, Any]) -> CIResult | None:
     if status not in GITLAB_FINAL:
         return None
     ref = attrs.get("ref")
+    request = data.get("merge_request") or {}
+    source, target = request.get("source_project_id"), (data.get("project") or {}).get("id")
+    if source is not None and source != target:
+        ref = None  # a fork's merge request: as on GitHub, only a commit watch
     return CIResult(
         "gitlab",
         "pipeline",

@@ -1,11 +1,11 @@
 """The CI loop with ordered signals: push, wait, fix, push again, wait again.
 
-The built-in agent (scripted model, ci_loop.toml) pushes aaaa1111; fake GitHub Actions
+The built-in agent (scripted model, ci_loop.toml) pushes commit A; fake GitHub Actions
 reports it failed, by a signed ``workflow_run`` webhook to a real signal-server, before
-the agent starts its first wait. The agent pushes bbbb2222 and waits again. The worker
+the agent starts its first wait. The agent pushes commit B and waits again. The worker
 is SIGKILLed during that second wait; meanwhile GitHub redelivers the first result and
-a re-run of aaaa1111 reports success (neither may end the second wait). CI then reports
-bbbb2222; a new worker resumes the turn, whose second wait gets the second result, not
+a re-run of A reports success (neither may end the second wait). CI then reports
+B; a new worker resumes the turn, whose second wait gets the second result, not
 the first. Local and Postgres Worlds.
 """
 
@@ -30,6 +30,8 @@ from durable_harness.worlds import open_world
 
 TOOLS = f"{FIXTURES / 'ci_loop_tools.py'}:TOOLS"
 SECRET = "operator-github-secret"
+#: The two commits the agent pushes (full ids: a watch takes only those), as in ci_loop.toml.
+SHA_A, SHA_B = "aaaa1111" * 5, "bbbb2222" * 5
 
 
 @pytest.fixture(params=["local", "postgres"])
@@ -46,8 +48,8 @@ def ci(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
             hold = tmp_path / "ci-hold"
             h.env["CI_PLAN"] = json.dumps(
                 {
-                    "aaaa1111": {"conclusion": "failure"},
-                    "bbbb2222": {"conclusion": "success", "hold": str(hold)},
+                    SHA_A: {"conclusion": "failure"},
+                    SHA_B: {"conclusion": "success", "hold": str(hold)},
                 }
             )
             server = h.popen("signal-server", "--port", "0")
@@ -108,33 +110,33 @@ def test_second_wait_gets_the_second_ci_result_across_a_sigkill(ci: Harness) -> 
 
         # The first result was recorded before the first wait began (push returned after).
         first = world.list_signals(turn_id, "ci")
-        assert len(first) == 1 and json.loads(first[0].payload)["sha"] == "aaaa1111"
-        # GitHub redelivers the first result; a re-run of aaaa1111 goes green. Neither is
+        assert len(first) == 1 and json.loads(first[0].payload)["sha"] == SHA_A
+        # GitHub redelivers the first result; a re-run of A goes green. Neither is
         # for the commit the turn now waits on: nothing is recorded, the turn stays parked.
-        github_ci(ci, "aaaa1111", "failure", "delivery-aaaa1111")
-        github_ci(ci, "aaaa1111", "success", "rerun-aaaa1111")
+        github_ci(ci, SHA_A, "failure", f"delivery-{SHA_A}")
+        github_ci(ci, SHA_A, "success", f"rerun-{SHA_A}")
         assert len(world.list_signals(turn_id, "ci")) == 1
         assert world.get_turn(turn_id).status.value == "waiting"
 
-        (ci.tmp / "ci-hold").touch()  # CI reports bbbb2222 now, with no worker alive
+        (ci.tmp / "ci-hold").touch()  # CI reports B now, with no worker alive
         wait_for(lambda: len(world.list_signals(turn_id, "ci")) == 2)
         done = ci.cli("worker", "--until-idle", timeout=180)
         assert done.returncode == 0, done.stderr
 
         data = ci.show(turn_id)
         assert data["turn"]["status"] == "done", data["turn"]
-        assert data["turn"]["result"] == "CI is green on bbbb2222."
+        assert data["turn"]["result"] == f"CI is green on {SHA_B}."
         steps = world.load_steps(turn_id)
         tools = [s for s in steps if s.kind == "tool"]
         assert [s.name for s in tools] == ["push", "wait_for_signal", "push", "wait_for_signal"]
         assert all(s.status is StepStatus.DONE for s in tools)
         waits = [s for s in tools if s.name == "wait_for_signal"]
-        assert "aaaa1111" in str(waits[0].output) and "failure" in str(waits[0].output)
-        assert "bbbb2222" in str(waits[1].output) and "success" in str(waits[1].output)
+        assert SHA_A in str(waits[0].output) and "failure" in str(waits[0].output)
+        assert SHA_B in str(waits[1].output) and "success" in str(waits[1].output)
         # Each wait took its own signal, recorded by the wait's seq; in push order.
         signals = world.list_signals(turn_id, "ci")
-        assert [json.loads(s.payload)["sha"] for s in signals] == ["aaaa1111", "bbbb2222"]
+        assert [json.loads(s.payload)["sha"] for s in signals] == [SHA_A, SHA_B]
         assert [s.claimed_by for s in signals] == [waits[0].seq, waits[1].seq]
     # Each commit was pushed once; no model call was repeated.
-    assert Path(ci.env["CI_RUNS"]).read_text().split() == ["aaaa1111", "bbbb2222"]
+    assert Path(ci.env["CI_RUNS"]).read_text().split() == [SHA_A, SHA_B]
     assert ci.repeated_requests() == {}

@@ -116,15 +116,15 @@ def workflow_run(sha: str, conclusion: str, action: str = "completed") -> dict[s
 
 
 def test_github_results_reach_the_turn_watching_the_commit(server: Server) -> None:
-    assert server.watch("t1", "github:acme/shop", "--sha", "aaaa1111").returncode == 0
-    answer = server.github("workflow_run", workflow_run("aaaa1111", "failure"), "d-1")
+    assert server.watch("t1", "github:acme/shop", "--sha", "aaaa1111" * 5).returncode == 0
+    answer = server.github("workflow_run", workflow_run("aaaa1111" * 5, "failure"), "d-1")
     assert answer.status_code == 202 and answer.json() == {"accepted": True}
     assert server.signals("t1") == [
         {
             "provider": "github",
             "event": "workflow_run",
             "repo": "acme/shop",
-            "sha": "aaaa1111",
+            "sha": "aaaa1111" * 5,
             "branches": ["fix"],
             "status": "failure",
             "name": "tests",
@@ -132,25 +132,25 @@ def test_github_results_reach_the_turn_watching_the_commit(server: Server) -> No
         }
     ]
     # The same delivery again (GitHub retries): ignored.
-    assert server.github("workflow_run", workflow_run("aaaa1111", "failure"), "d-1").is_success
+    assert server.github("workflow_run", workflow_run("aaaa1111" * 5, "failure"), "d-1").is_success
     assert len(server.signals("t1")) == 1
     # A run still going reports no result.
-    running = workflow_run("aaaa1111", "", action="in_progress")
+    running = workflow_run("aaaa1111" * 5, "", action="in_progress")
     assert server.github("workflow_run", running, "d-2").status_code == 202
     assert len(server.signals("t1")) == 1
     assert server.signals("t2") == []
 
 
 def test_a_result_for_an_earlier_push_reaches_no_wait(server: Server) -> None:
-    server.watch("t1", "github:acme/shop", "--sha", "aaaa1111")
-    server.github("workflow_run", workflow_run("aaaa1111", "failure"), "d-1")
-    server.watch("t1", "github:acme/shop", "--sha", "bbbb2222")  # the agent pushed again
-    assert server.github("workflow_run", workflow_run("aaaa1111", "success"), "d-2").is_success
-    assert [s["sha"] for s in server.signals("t1")] == ["aaaa1111"]
-    server.github("workflow_run", workflow_run("bbbb2222", "success"), "d-3")
+    server.watch("t1", "github:acme/shop", "--sha", "aaaa1111" * 5)
+    server.github("workflow_run", workflow_run("aaaa1111" * 5, "failure"), "d-1")
+    server.watch("t1", "github:acme/shop", "--sha", "bbbb2222" * 5)  # the agent pushed again
+    assert server.github("workflow_run", workflow_run("aaaa1111" * 5, "success"), "d-2").is_success
+    assert [s["sha"] for s in server.signals("t1")] == ["aaaa1111" * 5]
+    server.github("workflow_run", workflow_run("bbbb2222" * 5, "success"), "d-3")
     assert [(s["sha"], s["status"]) for s in server.signals("t1")] == [
-        ("aaaa1111", "failure"),
-        ("bbbb2222", "success"),
+        ("aaaa1111" * 5, "failure"),
+        ("bbbb2222" * 5, "success"),
     ]
 
 
@@ -159,7 +159,7 @@ def test_check_suite_and_status_events_by_branch(server: Server) -> None:
     suite = {
         "action": "completed",
         "check_suite": {
-            "head_sha": "cccc3333",
+            "head_sha": "cccc3333" * 5,
             "head_branch": "main",
             "status": "completed",
             "conclusion": "success",
@@ -170,7 +170,7 @@ def test_check_suite_and_status_events_by_branch(server: Server) -> None:
     }
     assert server.github("check_suite", suite, "d-1").status_code == 202
     status = {
-        "sha": "dddd4444",
+        "sha": "dddd4444" * 5,
         "state": "failure",
         "context": "ci/jenkins",
         "target_url": "https://ci.example/42",
@@ -180,15 +180,33 @@ def test_check_suite_and_status_events_by_branch(server: Server) -> None:
     assert server.github("status", status, "d-2").status_code == 202
     assert server.github("status", {**status, "state": "pending"}, "d-3").status_code == 202
     assert [(s["event"], s["sha"], s["status"]) for s in server.signals("t2")] == [
-        ("check_suite", "cccc3333", "success"),
-        ("status", "dddd4444", "failure"),
+        ("check_suite", "cccc3333" * 5, "success"),
+        ("status", "dddd4444" * 5, "failure"),
     ]
     assert server.github("ping", {"zen": "hi", "repository": {"full_name": "x/y"}}, "p").is_success
 
 
+def test_a_forks_run_reaches_no_branch_watch_and_a_ping_is_accepted(server: Server) -> None:
+    """A fork's pull request names its own branch (its ``main`` is the fork author's):
+    its result reaches a commit watch only, never a watch on this repository's branch.
+    A ping, which names no repository, is accepted and ignored."""
+    assert server.watch("t2", "github:acme/shop", "--branch", "fix").returncode == 0
+    fork = workflow_run("eeee5555" * 5, "success")
+    fork["workflow_run"]["head_repository"] = {"full_name": "mallory/shop"}
+    assert server.github("workflow_run", fork, "d-fork").status_code == 202
+    assert server.signals("t2") == []
+    ours = workflow_run("ffff9999" * 5, "failure")
+    ours["workflow_run"]["head_repository"] = {"full_name": "acme/shop"}
+    assert server.github("workflow_run", ours, "d-ours").status_code == 202
+    assert [s["sha"] for s in server.signals("t2")] == ["ffff9999" * 5]
+    assert server.github("ping", {"zen": "Keep it logically awesome."}, "d-p").status_code == 202
+    # A short commit id would match no result (they name the full one): refused up front.
+    assert server.watch("t1", "github:acme/shop", "--sha", "3f2c1e9").returncode != 0
+
+
 def test_a_bad_signature_records_nothing(server: Server) -> None:
-    server.watch("t1", "github:acme/shop", "--sha", "aaaa1111")
-    payload = workflow_run("aaaa1111", "failure")
+    server.watch("t1", "github:acme/shop", "--sha", "aaaa1111" * 5)
+    payload = workflow_run("aaaa1111" * 5, "failure")
     assert server.github("workflow_run", payload, "d-1", secret="guess").status_code == 401
     unsigned = httpx.post(
         f"{server.url}/v1/webhooks/github",
@@ -204,8 +222,8 @@ def test_a_bad_signature_records_nothing(server: Server) -> None:
 
 
 def test_unknown_repository_or_commit_is_accepted_and_ignored(server: Server) -> None:
-    server.watch("t1", "github:acme/shop", "--sha", "aaaa1111")
-    for repo, sha in (("acme/other", "aaaa1111"), ("acme/shop", "ffff9999")):
+    server.watch("t1", "github:acme/shop", "--sha", "aaaa1111" * 5)
+    for repo, sha in (("acme/other", "aaaa1111" * 5), ("acme/shop", "ffff9999" * 5)):
         payload = workflow_run(sha, "success")
         payload["repository"]["full_name"] = repo
         answer = server.github("workflow_run", payload, f"d-{repo}-{sha}")
@@ -224,7 +242,7 @@ def test_gitlab_pipeline_events(server: Server) -> None:
                 "id": pid,
                 "ref": "fix",
                 "tag": False,
-                "sha": "eeee5555",
+                "sha": "eeee5555" * 5,
                 "status": status,
                 "url": f"https://gitlab.example/group/sub/app/-/pipelines/{pid}",
             },
@@ -247,7 +265,7 @@ def test_limits_and_bad_input(server: Server) -> None:
     assert big.status_code == 413
     assert server.watch("t1", "gitlab:nogroup", "--branch", "x").returncode != 0
     assert server.watch("t1", "github:a/b", "--sha", "not-hex").returncode != 0
-    assert server.watch("nope", "github:a/b", "--sha", "abcdef1").returncode != 0
+    assert server.watch("nope", "github:a/b", "--sha", "abcdef12" * 5).returncode != 0
     # The generic endpoint: an Idempotency-Key makes a retried POST one signal.
     url = f"{server.url}/v1/turns/t2/signals/ci"
     headers = {"Authorization": "Bearer secret-t2", "Idempotency-Key": "job-1"}
@@ -258,8 +276,8 @@ def test_limits_and_bad_input(server: Server) -> None:
 
 def test_an_unconfigured_provider_is_not_served(tmp_path: Path) -> None:
     for server in _start(tmp_path):  # no secrets set
-        server.watch("t1", "github:acme/shop", "--sha", "aaaa1111")
-        answer = server.github("workflow_run", workflow_run("aaaa1111", "failure"), "d-1")
+        server.watch("t1", "github:acme/shop", "--sha", "aaaa1111" * 5)
+        answer = server.github("workflow_run", workflow_run("aaaa1111" * 5, "failure"), "d-1")
         assert answer.status_code == 404
         assert server.gitlab({"object_kind": "pipeline"}).status_code == 404
         assert server.signals("t1") == []

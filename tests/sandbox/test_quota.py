@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from durable_harness.sandbox.quota import WorkspaceWatch, tell, tree_bytes
+from durable_harness.sandbox.quota import WorkspaceWatch, tell, tree_bytes, tree_usage
 
 MIB = 1 << 20
 
@@ -21,8 +21,34 @@ def test_tree_bytes_counts_sparse_files_and_skips_symlinks(tmp_path: Path) -> No
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "b").write_bytes(b"y" * 100)
     (tmp_path / "out").symlink_to("/usr")  # never followed
-    # The small file counts its allocated block, the sparse one its size.
-    assert MIB + 3 * MIB + 100 <= tree_bytes(tmp_path) <= MIB + 3 * MIB + 8192
+    (tmp_path / "d" / "link").hardlink_to(tmp_path / "a")  # the same inode: once
+    # The sizes count the sparse file whole; the blocks count every inode once (at
+    # least 512 bytes each: the folder, the link), the sparse file's few.
+    apparent, allocated = tree_usage(tmp_path)
+    assert apparent == MIB + 3 * MIB + 100
+    assert MIB <= allocated <= MIB + 4 * 8192
+    assert tree_bytes(tmp_path) == apparent
+
+
+def test_filling_sparse_files_made_earlier_is_a_growth(tmp_path: Path) -> None:
+    """A command makes sparse files over the quota (stopped, the files stay); the next one
+    fills them: the sizes do not grow, the blocks do, and that is stopped too."""
+    for i in range(4):
+        with open(tmp_path / f"f{i}", "wb") as f:
+            f.truncate(4 * MIB)
+    filler = subprocess.Popen(
+        [sys.executable, "-c", "import os, time, sys\n"
+         "for i in range(4):\n"
+         f"    fd = os.open({str(tmp_path)!r} + f'/f{{i}}', os.O_WRONLY)\n"
+         "    for j in range(4):\n"
+         f"        os.write(fd, b'x' * {MIB}); time.sleep(0.05)\n"
+         "    os.close(fd)\n"
+         "time.sleep(30)"],
+    )  # fmt: skip
+    with WorkspaceWatch(tmp_path, 2 * MIB, filler.kill) as watch:
+        assert filler.wait(timeout=30) != 0  # killed by the watch
+    assert watch.exceeded is not None and watch.exceeded > 2 * MIB
+    assert tree_usage(tmp_path)[1] < 2 * MIB + 16 * MIB
 
 
 def test_the_watch_stops_growth_past_the_quota_and_leaves_a_shrinking_folder(
