@@ -220,9 +220,14 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             return self._container_id
         _make_run_dir(self.run_dir)  # also before a restart: a reboot may have emptied /tmp
         with self._mapped("finding the session's container"):
-            found = self.client.containers.list(
-                all=True, filters={"label": f"{LABEL_SESSION}={self.session_id}"}
-            )
+            try:
+                found = self.client.containers.list(
+                    all=True, filters={"label": f"{LABEL_SESSION}={self.session_id}"}
+                )
+            except docker.errors.NotFound:
+                # Listed while another worker was creating it, gone from inspect for a
+                # moment (measured under load): it is there by name soon.
+                found = [self._await_named()]
             if found:
                 container = found[0]
                 new_workspace = False
@@ -303,8 +308,12 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
         except docker.errors.APIError as exc:
             if exc.status_code != 409:
                 raise
-        # 409: another worker is creating it; the name is taken a moment before the
-        # container can be looked up.
+        # 409: another worker is creating it.
+        return self._await_named()
+
+    def _await_named(self) -> Any:
+        """The session's container by name, once another worker's creation of it can be
+        looked up: the name is taken a moment before."""
         deadline = time.monotonic() + 30
         while True:
             try:
