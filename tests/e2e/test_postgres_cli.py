@@ -20,6 +20,7 @@ from durable_harness.core.types import TurnStatus
 from durable_harness.runtime.admission import grant
 from durable_harness.runtime.turns import start_turn, turn_config
 from durable_harness.worlds.postgres import PostgresWorld, sql
+from durable_harness.worlds.postgres.schema import MIGRATIONS
 
 SLOW_TOOLS = f"{FIXTURES / 'slow_tools.py'}:TOOLS"
 
@@ -106,7 +107,7 @@ def test_doctor_reports_every_check(demo_harness: Harness, postgres: PostgresSer
     assert out.returncode == 0, out.stdout + out.stderr
     for name in ("server", "schema", "permissions", "queue", "notify", "blobs", "turns"):
         assert f"[ok] {name}:" in out.stdout, out.stdout
-    assert "schema version 1 (up to date)" in out.stdout
+    assert f"schema version {len(MIGRATIONS)} (up to date)" in out.stdout
     assert PASSWORD not in out.stdout
 
 
