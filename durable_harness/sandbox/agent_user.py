@@ -29,7 +29,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,9 +227,10 @@ def _grant(path: Path, user: AgentUser, *, directory: bool) -> None:
 # -- process trees ---------------------------------------------------------------------
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (by parent links read from /proc)."""
-    children: dict[int, list[int]] = {}
+def _live_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """Each live (not zombie) process's pid and the fields of its /proc stat after the
+    command name (state, parent, ...: ``fields[1]`` is the parent, ``fields[19]`` the
+    start time)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -241,7 +242,14 @@ def descendants(root: int) -> list[int]:
         # The command name may hold spaces and parentheses: fields start after the last ")".
         fields = data[data.rfind(b")") + 2 :].split()
         if len(fields) > 1 and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
+            yield int(entry), fields
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (by parent links read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in _live_stats():
+        children.setdefault(int(fields[1]), []).append(pid)
     found: list[int] = []
     stack = [root]
     while stack:
@@ -269,18 +277,11 @@ def kill_below(root: int, timeout: float = 5.0, spare: int | None = None) -> Non
 def children(pid: int) -> list[int]:
     """The live processes whose parent is ``pid``, oldest first (below a reaper: the CLI
     it started, then the orphans re-parented to it)."""
-    found: list[tuple[int, int]] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 19 and fields[0] != b"Z" and int(fields[1]) == pid:
-            found.append((int(fields[19]), int(entry)))  # (start time, pid)
+    found = [
+        (int(fields[19]), child)  # (start time, pid)
+        for child, fields in _live_stats()
+        if len(fields) > 19 and int(fields[1]) == pid
+    ]
     return [child for _, child in sorted(found)]
 
 
