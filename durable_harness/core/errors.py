@@ -8,7 +8,8 @@ with ``raise WorldError(...) from exc`` so callers never catch a driver's except
 
     DurableHarnessError
     ├── ConfigError             bad flag, unknown agent/World, bad URL, missing API key
-    │   └── TurnRefused         a turn asks for more than the worker's operator allows
+    │   ├── TurnRefused         a turn asks for more than the worker's operator allows
+    │   └── RepositoryError     a repository, ref or remote that host git cannot use
     ├── ToolDefinitionError     a tool without a replay label, bad schema, unreadable tools file
     ├── ToolExited              a host tool raised SystemExit, KeyboardInterrupt or another
     │                           BaseException: its call's failure, never the worker's exit
@@ -44,6 +45,12 @@ class ConfigError(DurableHarnessError):
 class TurnRefused(ConfigError):
     """A turn's stored configuration asks for more than the claiming worker's operator
     allows (an endpoint, tools, a workspace, a limit): failed at claim, nothing run."""
+
+
+class RepositoryError(ConfigError):
+    """Host git refused a repository, ref, remote or push (``durable_harness/repo``): the
+    message is git's own last line and what to do next. A push the model asked for that
+    fails is its tool's error result."""
 
 
 class ToolDefinitionError(DurableHarnessError):

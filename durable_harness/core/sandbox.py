@@ -75,10 +75,22 @@ def noted(result: ShellResult, note: str) -> ShellResult:
 
 @dataclass(frozen=True)
 class SandboxState:
-    """Everything a journaled sandbox needs to be rebuilt: files and shell cwd."""
+    """Everything a workspace needs to be rebuilt: files and shell cwd, and what git keeps
+    besides file contents (so a repository's workspace comes back as git would check it
+    out): the executable bit, symbolic links, and empty directories.
+
+    ``executable`` names keys of ``files``; ``links`` maps a path (never a key of
+    ``files``) to its target exactly as stored (a backend writes the link, never follows
+    it); ``dirs`` names directories that hold nothing else in the state. A backend that
+    cannot hold one of these (the virtual workspace has no symlinks) keeps what it can
+    and says so in its docstring.
+    """
 
     files: dict[str, bytes]
     cwd: str
+    executable: frozenset[str] = frozenset()
+    links: dict[str, str] = dataclasses.field(default_factory=dict)
+    dirs: frozenset[str] = frozenset()
 
 
 def check_state_paths(files: dict[str, bytes]) -> None:

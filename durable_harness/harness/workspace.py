@@ -32,15 +32,30 @@ class SnapshotStore:
                 self.world.put_blob(data)
                 self._stored.add(digest)
             files[path] = digest
-        return self.world.put_blob(canonical_json({"cwd": state.cwd, "files": files}).encode())
+        manifest: dict[str, object] = {"cwd": state.cwd, "files": files}
+        # Written only when present, so a workspace without them keeps the digest (and the
+        # manifest format) it had before these keys existed.
+        if state.executable:
+            manifest["exec"] = sorted(state.executable)
+        if state.links:
+            manifest["links"] = dict(sorted(state.links.items()))
+        if state.dirs:
+            manifest["dirs"] = sorted(state.dirs)
+        return self.world.put_blob(canonical_json(manifest).encode())
 
     def load(self, digest: str) -> SandboxState:
         try:
             manifest = json.loads(self.world.get_blob(digest))
             files = {p: self.world.get_blob(d) for p, d in manifest["files"].items()}
             self._stored.update(manifest["files"].values())
-            return SandboxState(files=files, cwd=str(manifest["cwd"]))
-        except (ValueError, KeyError, TypeError) as exc:
+            return SandboxState(
+                files=files,
+                cwd=str(manifest["cwd"]),
+                executable=frozenset(str(p) for p in manifest.get("exec", ())),
+                links={str(p): str(t) for p, t in manifest.get("links", {}).items()},
+                dirs=frozenset(str(p) for p in manifest.get("dirs", ())),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptJournal(f"workspace snapshot {digest[:12]} is unreadable: {exc}") from exc
 
 
