@@ -259,7 +259,12 @@ class Signal:
     index: int  # its place among the turn's signals of that name, from 0
     payload: str
     delivery_id: str
-    claimed_by: int | None = None  # the seq of the wait step that took it
+    claimed_by: int | None = None  # the seq of the wait step that took it, or SUPERSEDED
+
+
+#: ``claimed_by`` of a signal no wait may take any more: a CI result for a commit the
+#: turn no longer waits on (``runtime/webhooks.py watch_ref``). No step has this seq.
+SUPERSEDED = -1
 
 
 def delivery_key(payload: str, delivery_id: str | None) -> str:

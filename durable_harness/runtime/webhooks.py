@@ -4,7 +4,10 @@ A CI system knows a repository and a commit, not a turn. A turn (or the tool tha
 for it) registers what it waits for with :func:`watch_ref` (``durable-harness watch``):
 repository ``github:OWNER/NAME`` or ``gitlab:GROUP/PROJECT``, and ``sha:<commit>`` or
 ``branch:<name>``. A new watch of the same turn, repository and signal name replaces the
-last one, so a late result for an earlier push reaches no wait.
+last one, so a late result for an earlier push reaches no wait; and a commit watch
+supersedes the turn's results of that name for other commits that no wait took yet (a
+second report of the earlier push, a re-run), so the next wait gets a result for the
+commit it waits on or nothing.
 
 ``signal-server`` serves ``POST /v1/webhooks/github`` and ``POST /v1/webhooks/gitlab``:
 
@@ -34,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from durable_harness.core.errors import ConfigError
-from durable_harness.core.world import Queue
+from durable_harness.core.world import SUPERSEDED, Queue
 
 PROVIDERS = ("github", "gitlab")
 _REPO = re.compile(r"^(?P<provider>github|gitlab):(?P<path>[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+)$")
@@ -99,7 +102,26 @@ def watch_ref(
     ref = f"sha:{sha.lower()}" if sha is not None else f"branch:{branch}"
     scope = scope_of(found["provider"], found["path"])
     world.watch(scope, ref, turn_id, name)
+    if sha is not None:
+        _supersede(world, turn_id, name, sha.lower())
     return scope, ref
+
+
+def _supersede(world: Queue, turn_id: str, name: str, sha: str) -> None:
+    """Mark the turn's untaken CI results of ``name`` for another commit as superseded.
+    Signals that are not CI results (the generic endpoint's) are left as they are."""
+    for signal in world.list_signals(turn_id, name):
+        if signal.claimed_by is not None:
+            continue
+        try:
+            data = json.loads(signal.payload)
+            other = "provider" in data and str(data["sha"]).lower() != sha
+        except (ValueError, KeyError, TypeError):
+            continue
+        if other:
+            # Losing this race to a wait that took it first is fine: it was untaken when
+            # that wait began, as if the watch had come a moment later.
+            world.claim_signal(turn_id, name, signal.index, SUPERSEDED)
 
 
 class Refused(Exception):

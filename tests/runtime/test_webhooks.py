@@ -22,7 +22,7 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from durable_harness.core.world import World
+from durable_harness.core.world import SUPERSEDED, World
 from durable_harness.worlds import open_world
 
 GITHUB_SECRET = "gh-secret-of-the-operator"
@@ -142,16 +142,21 @@ def test_github_results_reach_the_turn_watching_the_commit(server: Server) -> No
 
 
 def test_a_result_for_an_earlier_push_reaches_no_wait(server: Server) -> None:
+    """A late result for A is not delivered once the turn watches B; one delivered
+    before (A's second workflow) that no wait took is superseded by the watch of B, so
+    the next wait takes B's result, not A's leftover."""
     server.watch("t1", "github:acme/shop", "--sha", "aaaa1111" * 5)
     server.github("workflow_run", workflow_run("aaaa1111" * 5, "failure"), "d-1")
+    server.github("workflow_run", workflow_run("aaaa1111" * 5, "failure"), "d-1b")
+    server.world.send_signal("t1", "ci", "a person says: looks good", None)  # not a CI result
+    assert server.world.claim_signal("t1", "ci", 0, 5)  # the first wait (seq 5) took one
     server.watch("t1", "github:acme/shop", "--sha", "bbbb2222" * 5)  # the agent pushed again
     assert server.github("workflow_run", workflow_run("aaaa1111" * 5, "success"), "d-2").is_success
-    assert [s["sha"] for s in server.signals("t1")] == ["aaaa1111" * 5]
+    assert len(server.world.list_signals("t1", "ci")) == 3  # the late one was not delivered
     server.github("workflow_run", workflow_run("bbbb2222" * 5, "success"), "d-3")
-    assert [(s["sha"], s["status"]) for s in server.signals("t1")] == [
-        ("aaaa1111" * 5, "failure"),
-        ("bbbb2222" * 5, "success"),
-    ]
+    signals = server.world.list_signals("t1", "ci")
+    assert [s.claimed_by for s in signals] == [5, SUPERSEDED, None, None]
+    assert json.loads(signals[3].payload)["sha"] == "bbbb2222" * 5
 
 
 def test_check_suite_and_status_events_by_branch(server: Server) -> None:
