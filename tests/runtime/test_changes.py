@@ -7,11 +7,13 @@ repository with work of its own in progress that ``apply`` must not touch.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +22,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from durable_harness.core.sandbox import SandboxState
-from durable_harness.core.seed import Seed, save_seed
+from durable_harness.core.seed import Seed, load_seed, save_seed
 from durable_harness.core.tree import read_tree
 from durable_harness.core.types import Step, StepStatus
 from durable_harness.core.world import World
 from durable_harness.harness.workspace import SnapshotStore
+from durable_harness.repo.changes import build_work
+from durable_harness.runtime.changes import newest_snapshot
 from durable_harness.worlds import open_world
 
 if TYPE_CHECKING:
@@ -152,6 +156,8 @@ def build_scene(tmp: Path, world: World, world_args: list[str]) -> Scene:
     os.symlink("README.md", work / "current")
     (work / "logo.bin").write_bytes(bytes(range(255, -1, -1)))
     (work / "logs").mkdir()
+    (work / "docs").mkdir()
+    (work / "docs" / 'price "list" \\ 2.txt').write_text("a name to quote\n")
     # A .git written to run things on whoever uses it: an fsmonitor, a hooks folder,
     # hooks of its own, an alternates file pointing at the user's repository.
     evil = tmp / "evil.sh"
@@ -192,12 +198,16 @@ def test_diff_patch_apply_export_take_the_work_out(scene: Scene) -> None:
     # diff: exactly the changed paths, and `git apply` of it gives the agent's tree.
     diff = scene.cli("diff", SESSION)
     assert diff.returncode == 0, diff.stderr
-    changed = {
-        line.split(" b/")[-1]
-        for line in diff.stdout.decode().splitlines()
-        if line.startswith("diff --git ")
+    numstat = git(scene.tmp, "apply", "--numstat", "-z", "-", stdin=diff.stdout)
+    changed = {entry.split("\t")[-1] for entry in numstat.split("\0") if entry}
+    assert changed == {
+        "app.py",
+        "README.md",
+        "tools/check.sh",
+        "current",
+        "logo.bin",
+        'docs/price "list" \\ 2.txt',
     }
-    assert changed == {"app.py", "README.md", "tools/check.sh", "current", "logo.bin"}
     applied = fresh_clone(scene, "by-diff")
     git(applied, "apply", "--binary", "-", stdin=diff.stdout)
     same_files(work_tree(applied), scene.expected)
@@ -291,3 +301,27 @@ def test_bad_input_is_one_line(scene: Scene) -> None:
         err = done.stderr.decode()
         assert done.returncode == 2 and err.count("\n") == 1 and message in err, (args, err)
     assert git(unrelated, "branch", "--list") == "* main\n"
+
+
+def test_a_forged_object_in_the_snapshot_is_left_out(tmp_path: Path) -> None:
+    """A loose object whose bytes are not what its name says is never copied. Here the
+    agent's snapshot holds, under the id of its fixed ``app.py``, other bytes: taken, they
+    would be what the diff and the branch show (git does not check a blob it reads, and
+    the tree would name that id), while the workspace and ``export`` hold the real file."""
+    with open_world("local", data_dir=str(tmp_path / "world")) as world:
+        scene = build_scene(tmp_path, world, [])
+        store = SnapshotStore(world)
+        seed_record = load_seed(world, world, SESSION)
+        assert seed_record is not None
+        seed = store.load(seed_record.snapshot)
+        final = store.load(newest_snapshot(world, SESSION) or "")
+    blob = git(tmp_path / "work", "rev-parse", "HEAD:app.py").strip()
+    lie = b"def price():\n    return 666\n"
+    forged = dict(final.files)
+    forged[f".git/objects/{blob[:2]}/{blob[2:]}"] = zlib.compress(b"blob %d\0" % len(lie) + lie)
+    work = build_work(tmp_path, scene.seed, seed, dataclasses.replace(final, files=forged))
+    diff = work.diff()
+    assert b"+    return 42" in diff and b"666" not in diff
+    checkout = fresh_clone(scene, "forged")
+    git(checkout, "am", "-q", stdin=work.patch())
+    same_files(work_tree(checkout), scene.expected)
