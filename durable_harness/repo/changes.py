@@ -57,7 +57,7 @@ class Work:
     synthesized: bool
 
     def git(self, *args: str, stdin: bytes | None = None) -> bytes:
-        return run_git(["--git-dir", str(self.git_dir), *args], cwd=self.git_dir, stdin=stdin)
+        return run_git(args, cwd=self.git_dir, stdin=stdin, env={"GIT_DIR": str(self.git_dir)})
 
     def diff(self) -> bytes:
         """A unified diff (binary hunks included, so ``git apply`` takes it) from the seed
@@ -102,6 +102,12 @@ def build_work(folder: Path, seed_commit: str, seed: SandboxState, final: Sandbo
     work = Work(git_dir, seed_commit, seed_commit, False)
     for state in (seed, final):
         _copy_objects(work, state, object_format)
+    # A shallow seed clone's cut: without it git would look for the seed's parents and
+    # fail. Taken from the seed's snapshot (the harness's clone), as plain object ids.
+    cut = seed.files.get(".git/shallow", b"").decode("ascii", "replace").split()
+    if cut:
+        oid = re.compile(f"[0-9a-f]{{{len(seed_commit)}}}")
+        (git_dir / "shallow").write_text("".join(f"{c}\n" for c in cut if oid.fullmatch(c)))
     if not _is_commit(work, seed_commit):
         raise RepositoryError(
             f"the session's snapshots hold no commit {seed_commit[:12]} (the seed): its "

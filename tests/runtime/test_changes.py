@@ -118,20 +118,25 @@ def build_scene(tmp: Path, world: World, world_args: list[str]) -> Scene:
     marker = tmp / "HOOK-RAN"
     origin = tmp / "origin"
     origin.mkdir()
+    (origin / "app.py").write_text("def price():\n    return 40\n")
+    git(origin, "init", "-q")
+    git(origin, "add", "-A")
+    git(origin, "commit", "-qm", "before the seed")
     (origin / "app.py").write_text("def price():\n    return 41\n")
     (origin / "run.sh").write_text("#!/bin/sh\necho run\n")
     (origin / "run.sh").chmod(0o755)
     (origin / "README.md").write_text("# demo\n")
     (origin / "logo.bin").write_bytes(bytes(range(256)))
     os.symlink("app.py", origin / "current")
-    git(origin, "init", "-q")
     git(origin, "add", "-A")
     git(origin, "commit", "-qm", "start")
     seed = git(origin, "rev-parse", "HEAD").strip()
 
-    # The seed: a clone as run --repo makes it (--no-local: objects in a pack).
+    # The seed: a clone as run --repo makes it, here shallow (objects in a pack, the
+    # commit before the seed missing).
     clone = tmp / "clone"
-    git(tmp, "clone", "-q", "--no-local", str(origin), str(clone))
+    git(tmp, "clone", "-q", "--depth=1", f"file://{origin}", str(clone))
+    assert (clone / ".git" / "shallow").exists()
     store = SnapshotStore(world)
     world.create_session(SESSION)
     save_seed(
