@@ -308,11 +308,12 @@ def test_bad_input_is_one_line(scene: Scene) -> None:
     assert git(unrelated, "branch", "--list") == "* main\n"
 
 
-def test_a_forged_object_in_the_snapshot_is_left_out(tmp_path: Path) -> None:
+def test_the_agents_git_cannot_mislead(tmp_path: Path) -> None:
     """A loose object whose bytes are not what its name says is never copied. Here the
     agent's snapshot holds, under the id of its fixed ``app.py``, other bytes: taken, they
     would be what the diff and the branch show (git does not check a blob it reads, and
-    the tree would name that id), while the workspace and ``export`` hold the real file."""
+    the tree would name that id), while the workspace and ``export`` hold the real file.
+    And a HEAD off the seed's line is no patch series: one commit of the whole change."""
     with open_world("local", data_dir=str(tmp_path / "world")) as world:
         scene = build_scene(tmp_path, world, [])
         store = SnapshotStore(world)
@@ -329,4 +330,19 @@ def test_a_forged_object_in_the_snapshot_is_left_out(tmp_path: Path) -> None:
     assert b"+    return 42" in diff and b"666" not in diff
     checkout = fresh_clone(scene, "forged")
     git(checkout, "am", "-q", stdin=work.patch())
+    same_files(work_tree(checkout), scene.expected)
+
+    # A HEAD that does not descend from the seed (history rewritten, here an orphan
+    # commit): the patch is one commit of the whole change over the seed.
+    agent = tmp_path / "work"
+    unarmed = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+    git(agent, *unarmed, "checkout", "-q", "--orphan", "rewritten")
+    git(agent, *unarmed, "commit", "-qm", "orphan")
+    (tmp_path / "rewritten").mkdir()
+    rewritten = build_work(tmp_path / "rewritten", scene.seed, seed, read_tree(agent))
+    assert rewritten.synthesized
+    assert rewritten.git("rev-parse", f"{rewritten.final}^").decode().strip() == scene.seed
+    checkout = fresh_clone(scene, "rewritten-am")
+    git(checkout, "am", "-q", stdin=rewritten.patch())
+    assert git(checkout, "rev-list", "--count", f"{scene.seed}..HEAD").strip() == "1"
     same_files(work_tree(checkout), scene.expected)
