@@ -282,6 +282,7 @@ def test_diff_patch_apply_export_take_the_work_out(scene: Scene) -> None:
 
 
 def test_bad_input_is_one_line(scene: Scene) -> None:
+    (scene.tmp / "tools").mkdir()
     unrelated = scene.tmp / "unrelated"
     unrelated.mkdir()
     (unrelated / "x").write_text("x\n")
@@ -294,6 +295,8 @@ def test_bad_input_is_one_line(scene: Scene) -> None:
     save_seed(world, world, "broken", Seed(repo="r", commit=scene.seed, snapshot="0" * 64))
     cases = {
         ("apply", SESSION, "--repo", str(unrelated)): "is not the seed's repository",
+        ("apply", SESSION, "--repo", str(scene.tmp / "tools")): "is not inside a git repository",
+        ("apply", SESSION, "--repo", str(scene.origin), "--branch", "a..b"): "not a valid branch",
         ("diff", "nosuch"): "no session 'nosuch'",
         ("diff", "plain"): "was not started with --repo",
         ("apply", "plain", "--repo", str(scene.origin)): "was not started with --repo",
