@@ -76,16 +76,17 @@ def work_files(state: SandboxState) -> SandboxState:
     """``state`` without any ``.git`` (at the top or below it, in any case): what the agent
     wrote as its work, never a repository's config or hooks."""
 
-    def kept(path: str) -> bool:
-        return ".git" not in path.lower().split("/")
-
     return SandboxState(
-        files={p: d for p, d in state.files.items() if kept(p)},
+        files={p: d for p, d in state.files.items() if _kept(p)},
         cwd="",
-        executable=frozenset(p for p in state.executable if kept(p)),
-        links={p: t for p, t in state.links.items() if kept(p)},
-        dirs=frozenset(p for p in state.dirs if kept(p)),
+        executable=frozenset(p for p in state.executable if _kept(p)),
+        links={p: t for p, t in state.links.items() if _kept(p)},
+        dirs=frozenset(p for p in state.dirs if _kept(p)),
     )
+
+
+def _kept(path: str) -> bool:
+    return ".git" not in path.strip().lower().split("/")
 
 
 def build_work(folder: Path, seed_commit: str, seed: SandboxState, final: SandboxState) -> Work:
@@ -167,6 +168,8 @@ def apply_work(work: Work, repo: Path, branch: str, reason: str) -> None:
     # by path: GIT_PROTOCOL_FROM_USER=0 refuses the file transport, which this allows and
     # nothing else. update-ref then creates the branch with the all-zero old value, so it
     # fails rather than move a branch made meanwhile.
+    # fsckObjects: the objects are the agent's, checked as those of an untrusted remote.
+    fsck = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "fetch.fsckObjects"}
     run_git(
         [
             "fetch",
@@ -177,7 +180,7 @@ def apply_work(work: Work, repo: Path, branch: str, reason: str) -> None:
             "refs/heads/final",
         ],
         cwd=repo,
-        env={"GIT_ALLOW_PROTOCOL": "file"},
+        env={"GIT_ALLOW_PROTOCOL": "file", **fsck, "GIT_CONFIG_VALUE_0": "true"},
     )
     user_git("update-ref", "-m", reason, ref, work.final, "0" * len(work.final))
 
@@ -262,9 +265,18 @@ def _descends_linearly(work: Work, seed: str, head: str) -> bool:
     try:
         base = work.git("merge-base", seed, head).decode().strip()
         merges = work.git("rev-list", "--merges", f"{seed}..{head}").strip()
+        touched = work.git("log", "--format=", "--name-only", "-z", f"{seed}..{head}")
     except RepositoryError:
         return False
-    return base == seed and not merges
+    # A commit that writes into a .git (git's own checks refuse one, `patch` would not)
+    # is not handed on: the work is then one commit of the tree built without it.
+    return (
+        base == seed
+        and not merges
+        and not any(
+            not _kept(path) for path in touched.decode("utf-8", "surrogateescape").split("\0")
+        )
+    )
 
 
 def _commit_tree(work: Work, state: SandboxState, parent: str) -> str:

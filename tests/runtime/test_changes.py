@@ -335,10 +335,23 @@ def test_the_agents_git_cannot_mislead(tmp_path: Path) -> None:
     git(checkout, "am", "-q", stdin=work.patch())
     same_files(work_tree(checkout), scene.expected)
 
-    # A HEAD that does not descend from the seed (history rewritten, here an orphan
-    # commit): the patch is one commit of the whole change over the seed.
+    # A commit that writes into a .git (made with plumbing: git refuses such a path) is
+    # not handed on: the work is one commit, over the seed, of the tree without it.
     agent = tmp_path / "work"
     unarmed = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+    blob = git(agent, "hash-object", "-w", "--stdin", stdin=b"[core]\n\tfsmonitor = x\n")
+    inner = git(agent, "mktree", stdin=f"100644 blob {blob.strip()}\tconfig\n".encode())
+    entries = git(agent, "ls-tree", "HEAD") + f"040000 tree {inner.strip()}\t.GIT\n"
+    tree = git(agent, "mktree", stdin=entries.encode()).strip()
+    dotgit = git(agent, "commit-tree", tree, "-p", "HEAD", "-m", "into .git").strip()
+    git(agent, "update-ref", "HEAD", dotgit)
+    (tmp_path / "dotgit").mkdir()
+    refused = build_work(tmp_path / "dotgit", scene.seed, seed, read_tree(agent))
+    assert refused.git("rev-parse", f"{refused.final}^").decode().strip() == scene.seed
+    assert b".GIT" not in refused.patch() and b".GIT" not in refused.diff()
+
+    # A HEAD that does not descend from the seed (history rewritten, here an orphan
+    # commit): the patch is one commit of the whole change over the seed.
     git(agent, *unarmed, "checkout", "-q", "--orphan", "rewritten")
     git(agent, *unarmed, "commit", "-qm", "orphan")
     (tmp_path / "rewritten").mkdir()
