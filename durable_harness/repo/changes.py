@@ -10,15 +10,16 @@ temporary folder and takes from the snapshots only what is data:
   posing as the seed commit, is left out;
 * packs, given to ``git index-pack`` (which computes every object id itself, as a fetch
   from an untrusted remote does); the snapshot's ``.idx`` files are not used;
-* ``HEAD`` and the ref it names, read as text and accepted only as hex object ids.
+* ``HEAD`` and the ref it names, read as text and accepted only as hex object ids;
+* the seed snapshot's ``shallow`` (a shallow clone's cut), as object ids.
 
 Objects come from the seed's snapshot (made by the harness from the user's clone) and
 then the newest one, so the seed commit is there even if the agent removed it. The final
-working tree (every file but ``.git``, with its mode: 100644, 100755, or 120000 for a
+working tree (every file but any ``.git``, with its mode: 100644, 100755, or 120000 for a
 link) is written by ``git fast-import`` as a commit whose parent is the agent's ``HEAD``
-when that descends from the seed along a line of ordinary commits, else the seed; when
-its tree equals ``HEAD``'s the agent's own commit is the final one. Git keeps no empty
-folders, so those are only in ``export``.
+when that descends from the seed along a line of ordinary commits none of which writes
+into a ``.git``, else the seed; when its tree equals ``HEAD``'s the agent's own commit is
+the final one. Git keeps no empty folders, so those are only in ``export``.
 """
 
 from __future__ import annotations
