@@ -181,12 +181,17 @@ def build_scene(tmp: Path, world: World, world_args: list[str]) -> Scene:
     return Scene(tmp, world, world_args, origin, seed, expected, marker)
 
 
+@pytest.fixture
+def local_scene(tmp_path: Path) -> Iterator[Scene]:
+    data_dir = tmp_path / "world"
+    with open_world("local", data_dir=str(data_dir)) as world:
+        yield build_scene(tmp_path, world, ["--world", "local", "--data-dir", str(data_dir)])
+
+
 @pytest.fixture(params=["local", "postgres"])
 def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
     if request.param == "local":
-        data_dir = tmp_path / "world"
-        with open_world("local", data_dir=str(data_dir)) as world:
-            yield build_scene(tmp_path, world, ["--world", "local", "--data-dir", str(data_dir)])
+        yield request.getfixturevalue("local_scene")
         return
     server: PostgresServer = request.getfixturevalue("postgres")
     with server.database() as url, open_world("postgres", url=url) as world:
@@ -281,7 +286,8 @@ def test_diff_patch_apply_export_take_the_work_out(scene: Scene) -> None:
     assert scene.marker.exists()
 
 
-def test_bad_input_is_one_line(scene: Scene) -> None:
+def test_bad_input_is_one_line(local_scene: Scene) -> None:
+    scene = local_scene
     (scene.tmp / "tools").mkdir()
     unrelated = scene.tmp / "unrelated"
     unrelated.mkdir()
