@@ -70,6 +70,8 @@ def run_git(
             {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": os.devnull}
         )
     if cwd is not None:
+        if not Path(cwd).is_dir():
+            raise RepositoryError(f"{os.fspath(cwd)} is not a folder")
         environment["GIT_CEILING_DIRECTORIES"] = str(Path(cwd).resolve().parent)
     environment.update(env or {})
     command = ["git", *_HARDENING, *args]
