@@ -64,6 +64,14 @@ def _no_provider(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _outside_any_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `run` seeds a new session from the git repository holding the current folder: run
+    # from this checkout, every test's CLI would clone the whole project into its
+    # workspace. A test that means a repository names it (--repo, or its own cwd).
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
 def _agent_user_reaches_tmp_path(tmp_path: Path) -> None:
     # Host-folder agents run as the unprivileged agent user (sandbox/agent_user.py), which
     # must pass through the temp folders to a workspace below: 0711 lets it pass, not list

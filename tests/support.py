@@ -54,9 +54,12 @@ class Harness:
     def ledger_lines(self) -> list[str]:
         return self.ledger.read_text().splitlines() if self.ledger.exists() else []
 
-    def cli(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, timeout: float = 120, cwd: Path | None = None, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "durable_harness.cli", *args],
+            cwd=cwd,
             env={**self.env, **env},
             capture_output=True,
             text=True,

@@ -36,6 +36,7 @@ def register(sub: Subparsers) -> Commands:
         "process, a worker elsewhere runs it only if its operator registered it",
     )
     run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
+    repo_flags(run)
     run.add_argument(
         "--agent-config",
         metavar="FILE.toml",
@@ -84,6 +85,69 @@ def register(sub: Subparsers) -> Commands:
     return {"run": cmd_run, "worker": cmd_worker, "resume": cmd_resume, "replay": cmd_replay}
 
 
+def repo_flags(run: argparse.ArgumentParser) -> None:
+    group = run.add_argument_group(
+        "repository in",
+        "A new session's workspace starts as a clone of a git repository, made on this "
+        "machine (the sandbox has no network): by default the one holding the current "
+        "folder, for the virtual and Docker workspaces. Its commit is recorded in the "
+        "session, so a worker anywhere restores it from the World. Credentials in the "
+        "repository's URL or config never reach the workspace (docs/coding-task.md).",
+    )
+    which = group.add_mutually_exclusive_group()
+    which.add_argument(
+        "--repo",
+        metavar="PATH|URL",
+        help="seed the workspace from this repository (a folder, or a URL cloned with this "
+        "machine's git credentials)",
+    )
+    which.add_argument(
+        "--no-repo",
+        action="store_true",
+        help="start with an empty workspace even inside a git repository",
+    )
+    group.add_argument(
+        "--ref",
+        help="check out this branch, tag or commit (default: the folder's current commit, "
+        "or the URL's default branch)",
+    )
+    group.add_argument(
+        "--include-uncommitted",
+        action="store_true",
+        help="carry the folder's uncommitted changes (modified tracked files, untracked "
+        "files that are not ignored) over the checkout; without it they are left out, "
+        "and `run` says so",
+    )
+
+
+def seed_source(args: argparse.Namespace, workspace: str) -> str | None:
+    """The repository ``run`` seeds the new session from, or None (see :func:`repo_flags`)."""
+    from durable_harness.core.errors import ConfigError
+    from durable_harness.core.turn_config import DOCKER, VIRTUAL
+    from durable_harness.runtime.seed import default_repository
+
+    source: str | None = args.repo
+    # A host folder the user names is already their choice of files: seeded only when
+    # asked (--repo), never implicitly.
+    if (
+        source is None
+        and not args.no_repo
+        and args.session is None
+        and workspace in (VIRTUAL, DOCKER)
+    ):
+        found = default_repository()
+        source = None if found is None else str(found)
+    if source is not None and args.session is not None:
+        raise ConfigError(
+            f"--repo seeds a new session, and session {args.session} has its workspace "
+            "already: drop --session to start a new one from the repository, or drop --repo"
+        )
+    if source is None and (args.ref or args.include_uncommitted):
+        flag = "--ref" if args.ref else "--include-uncommitted"
+        raise ConfigError(f"{flag} needs a repository: give --repo PATH|URL")
+    return source
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from durable_harness.runtime.turns import make_worker, start_turn, turn_config
 
@@ -109,9 +173,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     from durable_harness.runtime.admission import grant
 
     grant(config)  # typed here by the operator: this process may run it
+    seed = None
+    source = seed_source(args, str(config["workspace"]))
+    if source is not None:
+        from durable_harness.runtime.seed import prepare_seed
+
+        seed = prepare_seed(
+            source, config, ref=args.ref, include_uncommitted=args.include_uncommitted
+        )
+        print(f"durable-harness: {seed.describe()} (--no-repo: start empty)", file=sys.stderr)
+        if seed.left_out:
+            print(
+                f"durable-harness: {seed.left_out} uncommitted change(s) in {seed.repo} left "
+                "out of the workspace: commit them, or give --include-uncommitted to carry them",
+                file=sys.stderr,
+            )
     with open_configured(settings) as world:
         turn = start_turn(
-            world, settings, args.prompt, config, args.session, queue_behind=args.detach
+            world,
+            settings,
+            args.prompt,
+            config,
+            args.session,
+            queue_behind=args.detach,
+            seed=seed,
         )
         print(f"session {turn.session_id}\nturn {turn.turn_id}", flush=True)
         if args.detach:

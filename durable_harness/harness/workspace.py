@@ -16,7 +16,9 @@ import json
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import CorruptJournal
 from durable_harness.core.sandbox import Sandbox, SandboxState
-from durable_harness.core.world import BlobStore
+from durable_harness.core.seed import load_seed
+from durable_harness.core.types import StepStatus, TurnStatus
+from durable_harness.core.world import BlobStore, World
 
 
 class SnapshotStore:
@@ -92,3 +94,22 @@ def restore_workspace(sandbox: Sandbox, store: SnapshotStore, digest: str | None
     if sandbox.snapshots:
         sandbox.set_snapshot_mark(digest)
     return True
+
+
+def session_snapshot(world: World, session_id: str, before_index: int) -> str | None:
+    """The snapshot a turn of the session (the one at ``before_index``) starts from when
+    its own journal holds none yet: the newest one of the session's earlier, finished
+    turns, else the session's seed (``run --repo``), else None (an empty workspace).
+
+    Every adapter asks this one function, so the first delivery of a seeded session's
+    first turn starts from the seed on every backend and every worker."""
+    digest: str | None = None
+    for turn in world.list_turns(session_id):
+        if turn.index < before_index and turn.status is TurnStatus.DONE:
+            for step in world.load_steps(turn.turn_id):
+                if step.status is StepStatus.DONE and "workspace" in step.meta:
+                    digest = str(step.meta["workspace"])
+    if digest is None:
+        seed = load_seed(world, world, session_id)
+        digest = None if seed is None else seed.snapshot
+    return digest

@@ -20,6 +20,7 @@ from durable_harness.core.types import UNFINISHED, Lease, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.runtime.admission import admit
+from durable_harness.runtime.seed import PreparedSeed, record_seed
 from durable_harness.runtime.worker import Worker
 
 
@@ -68,10 +69,15 @@ def start_turn(
     session_id: str | None = None,
     *,
     queue_behind: bool = False,
+    seed: PreparedSeed | None = None,
 ) -> Turn:
     """Check the configuration (against this process's own policy too, so a turn its
     workers would refuse fails here), then create (or extend) the session and enqueue a
     turn.
+
+    ``seed`` (from :func:`~.seed.prepare_seed`) starts a new session from a repository:
+    it is stored before the turn is queued, so any worker starts from it. An existing
+    ``session_id`` with a ``seed`` is refused: that session has its workspace already.
 
     Turns of a session run in order. With ``queue_behind`` a turn may be added while an
     earlier one is unfinished (workers park it until that one ends); without, that is an
@@ -79,6 +85,11 @@ def start_turn(
     if not prompt.strip():
         raise ConfigError("the prompt is empty: say what the agent should do")
     get_adapter(str(config["agent"])).check(admit(config, settings).config, settings)
+    if session_id is not None and seed is not None:
+        raise ConfigError(
+            f"--repo seeds a new session, and session {session_id} has its workspace already: "
+            "drop --session to start a new one from the repository, or drop --repo"
+        )
     if session_id is not None:
         world.get_session(session_id)
         unfinished = [t for t in world.list_turns(session_id) if t.status in UNFINISHED]
@@ -91,6 +102,8 @@ def start_turn(
     else:
         session_id = new_id("ses")
         world.create_session(session_id, {"agent": config["agent"]})
+        if seed is not None:
+            record_seed(world, session_id, seed)
     return world.create_turn(session_id, new_id("turn"), prompt, config)
 
 

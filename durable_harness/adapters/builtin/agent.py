@@ -30,7 +30,12 @@ from durable_harness.harness.journal import Journal, Outcome, decode_output
 from durable_harness.harness.model import ModelClient, resolve_endpoint
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError, load_user_tools
 from durable_harness.harness.waits import WAIT_TOOL_NAMES, wait_tools
-from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
+from durable_harness.harness.workspace import (
+    SnapshotStore,
+    restore_workspace,
+    save_workspace,
+    session_snapshot,
+)
 from durable_harness.sandbox import open_sandbox
 
 SYSTEM_PROMPT = (
@@ -181,18 +186,15 @@ class _SessionStart:
 
 
 def session_start(world: World, session_id: str, turn_index: int) -> _SessionStart:
-    """History and starting workspace from the session's earlier, finished turns."""
+    """History from the session's earlier, finished turns; the workspace they left (or
+    the session's seed)."""
     history: list[dict[str, Any]] = []
-    workspace: str | None = None
     for turn in world.list_turns(session_id):
         if turn.index >= turn_index or turn.status is not TurnStatus.DONE:
             continue
         steps = world.load_steps(turn.turn_id)
         history.extend(conversation_from_journal(world, turn.prompt, steps))
-        for step in steps:
-            if step.status is StepStatus.DONE and "workspace" in step.meta:
-                workspace = str(step.meta["workspace"])
-    return _SessionStart(history, workspace)
+    return _SessionStart(history, session_snapshot(world, session_id, turn_index))
 
 
 class BuiltinAdapter(Adapter):

@@ -23,10 +23,14 @@ from durable_harness.adapters.cli.jobs import workspace_of
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
-from durable_harness.core.types import StepStatus, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal
-from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
+from durable_harness.harness.workspace import (
+    SnapshotStore,
+    restore_workspace,
+    save_workspace,
+    session_snapshot,
+)
 from durable_harness.sandbox.agent_user import agent_user
 
 __all__ = ["Workspaces", "check_where", "open_cli_host"]
@@ -91,8 +95,10 @@ class Workspaces:
         self._lock = lock  # the adapter's save lock: one save at a time
 
     def restore(self, sandbox: Sandbox) -> None:
-        digest = self.journal.latest_meta("workspace") or self._session_workspace()
-        restore_workspace(sandbox, self.snapshots, digest)
+        digest = self.journal.latest_meta("workspace") or session_snapshot(
+            self.world, self.turn.session_id, self.turn.index
+        )
+        restore_workspace(sandbox, self.snapshots, None if digest is None else str(digest))
 
     def saver(self, sandbox: Sandbox) -> Callable[[], dict[str, Any]]:
         def outcome_meta() -> dict[str, Any]:
@@ -102,13 +108,3 @@ class Workspaces:
             return {} if digest is None else {"workspace": digest}
 
         return outcome_meta
-
-    def _session_workspace(self) -> str | None:
-        """The newest workspace snapshot of the session's earlier, finished turns."""
-        digest: str | None = None
-        for turn in self.world.list_turns(self.turn.session_id):
-            if turn.index < self.turn.index and turn.status is TurnStatus.DONE:
-                for step in self.world.load_steps(turn.turn_id):
-                    if step.status is StepStatus.DONE and "workspace" in step.meta:
-                        digest = str(step.meta["workspace"])
-        return digest
