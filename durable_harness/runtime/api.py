@@ -31,6 +31,7 @@ from durable_harness.core.world import World
 from durable_harness.harness.tools import ToolContext, tool
 from durable_harness.runtime.admission import grant
 from durable_harness.runtime.custom_turn import JournaledTurn, ToolResult, journaled_turn
+from durable_harness.runtime.seed import PreparedSeed, prepare_seed
 from durable_harness.runtime.turns import claim_for_resume, make_worker, start_turn, turn_config
 from durable_harness.worlds import open_configured
 
@@ -91,6 +92,9 @@ def enqueue_turn(
     base_url: str | None = None,
     agent_config: Mapping[str, Any] | None = None,
     settings: Settings | None = None,
+    repo: str | None = None,
+    ref: str | None = None,
+    include_uncommitted: bool = False,
 ) -> Turn:
     """Queue a turn for a worker, as ``durable-harness run --detach`` does; return it
     (status ``queued``).
@@ -100,10 +104,15 @@ def enqueue_turn(
     when it resumes the turn. With ``session_id`` the turn continues that session (it
     runs after the session's earlier turns). The configuration is checked here: a bad
     agent, workspace or tools file raises :class:`ConfigError` now, not in a worker.
+
+    ``repo`` (a folder or URL; ``ref``, ``include_uncommitted`` as ``run --repo`` takes
+    them) seeds a new session's workspace from a git repository, as ``run --repo`` does
+    (no implicit default here: the current folder is not assumed to be the project).
     """
     settings = settings or Settings.load()
     config = _config(agent, workspace, tools, model, base_url, agent_config, settings)
-    return start_turn(world, settings, prompt, config, session_id, queue_behind=True)
+    seed = _seed(repo, ref, include_uncommitted, config)
+    return start_turn(world, settings, prompt, config, session_id, queue_behind=True, seed=seed)
 
 
 def run_turn(
@@ -119,6 +128,9 @@ def run_turn(
     agent_config: Mapping[str, Any] | None = None,
     settings: Settings | None = None,
     quiet: bool = True,
+    repo: str | None = None,
+    ref: str | None = None,
+    include_uncommitted: bool = False,
 ) -> Turn:
     """Start a turn and drive it here to its end, as ``durable-harness run`` does; return
     the turn as it ended: ``status`` ``done`` with ``result`` the reply, ``failed`` with
@@ -131,7 +143,8 @@ def run_turn(
     """
     settings = settings or Settings.load()
     config = _config(agent, workspace, tools, model, base_url, agent_config, settings)
-    turn = start_turn(world, settings, prompt, config, session_id)
+    seed = _seed(repo, ref, include_uncommitted, config)
+    turn = start_turn(world, settings, prompt, config, session_id, seed=seed)
     worker = make_worker(world, settings, quiet=quiet)
     lease = world.claim_turn(turn.turn_id, worker.owner, settings.lease_seconds)
     if lease is not None:
@@ -170,6 +183,16 @@ def run_worker(
     were driven. ``until_idle`` returns once nothing is queued, running or waiting."""
     worker = make_worker(world, settings or Settings.load(), quiet=quiet)
     return worker.run(until_idle=until_idle, max_turns=max_turns)
+
+
+def _seed(
+    repo: str | None, ref: str | None, include_uncommitted: bool, config: dict[str, Any]
+) -> PreparedSeed | None:
+    if repo is None:
+        if ref is not None or include_uncommitted:
+            raise ConfigError("ref= and include_uncommitted= need repo=: the repository to seed")
+        return None
+    return prepare_seed(repo, config, ref=ref, include_uncommitted=include_uncommitted)
 
 
 def _config(

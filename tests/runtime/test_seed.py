@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from support import Harness, ids_of, make_harness
 
+from durable_harness.core.errors import ConfigError
 from durable_harness.core.seed import load_seed
 from durable_harness.harness.journal import decode_output
 from durable_harness.harness.workspace import SnapshotStore
@@ -221,3 +222,18 @@ def test_run_repo_in_docker(docker_host: str, repo: Path, tmp_path: Path) -> Non
         finally:
             with DockerSandbox(ids["session"]) as box:
                 box.remove()
+
+
+def test_the_python_api_seeds_too(repo: Path, tmp_path: Path) -> None:
+    from durable_harness import enqueue_turn
+
+    with open_world("local", data_dir=tmp_path / "world") as world:
+        turn = enqueue_turn(world, "look", repo=str(repo), ref="main", include_uncommitted=True)
+        seed = load_seed(world, world, turn.session_id)
+        assert seed is not None and seed.commit == git(repo, "rev-parse", "HEAD")
+        assert (seed.ref, seed.uncommitted) == ("main", True)
+        state = SnapshotStore(world).load(seed.snapshot)
+        assert state.files["untracked.txt"] == b"untracked\n"
+        with pytest.raises(ConfigError, match="drop --session"):
+            enqueue_turn(world, "again", repo=str(repo), session_id=turn.session_id)
+        assert len(world.list_turns(turn.session_id)) == 1
