@@ -87,14 +87,15 @@ def clone_checkout(source: str, dest: Path, ref: str | None) -> Checkout:
                 raise RepositoryError(f"{source} has no commit yet: commit first, then run")
         source = str(top)
     try:
-        # A folder is cloned over git's "file" transport, which git allows only when the
-        # user typed it (and run_git says no one did): here the user did, by --repo.
+        # A folder (or file:// URL) is cloned over git's "file" transport, which git
+        # allows only when the user typed it (run_git says no one did, for the URLs a
+        # repository names): this one the user typed, as --repo. No submodule is cloned.
         allow = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow"}
         run_git(
             ["clone", "--template=", "--no-checkout", "--quiet", "--", source, str(dest)],
             user_config=True,
             timeout=900,
-            env={**allow, "GIT_CONFIG_VALUE_0": "always"} if local else None,
+            env={**allow, "GIT_CONFIG_VALUE_0": "always"},
         )
     except RepositoryError as exc:
         message = str(exc).replace(source, shown)

@@ -80,6 +80,11 @@ def prepare_seed(
         raise RepositoryError(
             f"{source} is not a git repository: give --repo PATH|URL of one, or --no-repo"
         )
+    if include_uncommitted and top is None:
+        raise ConfigError(
+            "--include-uncommitted carries a folder's changes: a URL has none (drop it, or "
+            "give --repo PATH of your checkout)"
+        )
     _check_host_folder(turn.workspace, top)
     with tempfile.TemporaryDirectory(prefix="durable-harness-seed-") as tmp:
         checkout = clone_checkout(str(top or source), Path(tmp) / "repo", ref)

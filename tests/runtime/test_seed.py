@@ -186,6 +186,12 @@ def test_bad_repositories_are_refused_and_nothing_is_recorded(
         h.cli("run", "--repo", str(repo), "--workspace", str(not_a_repo.parent), prompt),
         "not empty",
     )
+    # A URL's credentials are never shown, even in git's own error.
+    url = f"https://user:{TOKEN}@127.0.0.1:9/proj.git"
+    out = h.cli("run", "--repo", url, prompt)
+    one_line_error(out, "cannot clone https://127.0.0.1:9/proj.git")
+    assert TOKEN not in out.stderr
+    one_line_error(h.cli("run", "--repo", url, "--include-uncommitted", prompt), "a URL has none")
     assert json.loads(h.cli("ls", "--json").stdout) == []
 
     out = h.cli("run", "--no-repo", prompt)
@@ -234,6 +240,11 @@ def test_the_python_api_seeds_too(repo: Path, tmp_path: Path) -> None:
         assert (seed.ref, seed.uncommitted) == ("main", True)
         state = SnapshotStore(world).load(seed.snapshot)
         assert state.files["untracked.txt"] == b"untracked\n"
+        # A URL: its default branch, stored as given (file:// has no credentials to drop).
+        by_url = enqueue_turn(world, "look", repo=f"file://{repo}")
+        url_seed = load_seed(world, world, by_url.session_id)
+        assert url_seed is not None and url_seed.repo == f"file://{repo}"
+        assert url_seed.commit == seed.commit and not url_seed.uncommitted
         with pytest.raises(ConfigError, match="drop --session"):
             enqueue_turn(world, "again", repo=str(repo), session_id=turn.session_id)
         assert len(world.list_turns(turn.session_id)) == 1
