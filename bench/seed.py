@@ -9,9 +9,9 @@ One run, on this machine, against a local World in a temp folder:
   clone, fresh ``.git/config``, the checkout read as a state) and ``record_seed`` (the
   snapshot's blobs and manifest, the seed record) into the World;
 * **restore on another worker after a SIGKILL**: a child process is started to restore
-  the seed and SIGKILLed halfway (the worker died); a new process (another worker, which
-  has only the World) loads the snapshot from the World and writes it into an empty
-  folder (``core/tree.py write_tree``: what a host-folder workspace gets);
+  the seed and SIGKILLed once it has begun writing (the worker died); a new process
+  (another worker, which has only the World) loads the snapshot from the World and
+  writes it into an empty folder (``core/tree.py write_tree``: what a host folder gets);
 * **beside it**: a plain ``git clone`` of the same repository plus ``cp -a`` of the
   checkout into an empty folder (the host-folder equivalent of ``git clone`` + ``docker
   cp``; the Docker volume is not measured here);
@@ -70,8 +70,9 @@ def folder_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-def restore_child(world_dir: Path, session: str, dest: Path, *, die_after: float | None) -> float:
-    """Restore the session's seed in a new process; SIGKILL it after ``die_after`` s."""
+def restore_child(world_dir: Path, session: str, dest: Path, *, kill: bool = False) -> float:
+    """Restore the session's seed into ``dest`` in a new process (a worker that has only
+    the World); with ``kill``, SIGKILL it as soon as it has begun writing files."""
     code = (
         "import sys, time\n"
         "from durable_harness.core.seed import load_seed\n"
@@ -86,8 +87,9 @@ def restore_child(world_dir: Path, session: str, dest: Path, *, die_after: float
     )
     args = [sys.executable, "-c", code, str(world_dir), session, str(dest)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    if die_after is not None:
-        time.sleep(die_after)
+    if kill:
+        while proc.poll() is None and not (dest.exists() and any(dest.iterdir())):
+            time.sleep(0.005)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         return float("nan")
@@ -130,10 +132,10 @@ def main() -> None:
         figures["seed_total_s"] = round(time.perf_counter() - start, 3)
         figures["world_bytes_after_seed"] = folder_bytes(tmp / "world")
 
-        restore_child(tmp / "world", session, tmp / "killed", die_after=figures["seed_total_s"] / 4)
+        restore_child(tmp / "world", session, tmp / "killed", kill=True)
         shutil.rmtree(tmp / "killed", ignore_errors=True)
         start = time.perf_counter()
-        inner = restore_child(tmp / "world", session, tmp / "restored", die_after=None)
+        inner = restore_child(tmp / "world", session, tmp / "restored")
         figures["restore_after_sigkill_s"] = round(time.perf_counter() - start, 3)
         figures["restore_inner_s"] = round(inner, 3)
 
