@@ -1,8 +1,13 @@
 """Workspace snapshots: journaled sandboxes (the virtual workspace) and sandboxes whose
 workspace can be lost with its machine (Docker volumes).
 
-A snapshot is a manifest blob ``{"cwd": …, "files": {path: sha256}}`` over one blob per
-file, so an unchanged file is stored once however many steps snapshot it (invariant 7).
+A snapshot is a manifest blob ``{"cwd": …, "tree": digest}``: one blob per folder
+(``{"files": {name: sha256}, "exec": [name], "links": {name: target}, "dirs": {name:
+digest}}``, empty keys left out) over one blob per file, as git stores trees. An
+unchanged file, or folder, is the same blob in every snapshot, so what a step adds to the
+World is the files it changed and the folders on their paths, not the workspace's size
+(invariant 7). Manifests of the first format (``{"cwd", "files": {path: sha256}}``, one
+object for every path) are still read.
 The manifest's digest is kept in the ``meta`` of the tool step that produced it, written
 atomically with the step's outcome: the journal says exactly which files a resumed turn
 had.
@@ -12,6 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import CorruptJournal
@@ -22,43 +30,125 @@ from durable_harness.core.world import BlobStore, World
 
 
 class SnapshotStore:
+    """Saves and loads workspace snapshots (see the module docstring)."""
+
     def __init__(self, world: BlobStore) -> None:
         self.world = world
         self._stored: set[str] = set()  # digests already in the blob store
 
+    def _put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in self._stored:
+            self.world.put_blob(data)
+            self._stored.add(digest)
+        return digest
+
     def save(self, state: SandboxState) -> str:
-        files: dict[str, str] = {}
-        for path, data in sorted(state.files.items()):
-            digest = hashlib.sha256(data).hexdigest()
-            if digest not in self._stored:
-                self.world.put_blob(data)
-                self._stored.add(digest)
-            files[path] = digest
-        manifest: dict[str, object] = {"cwd": state.cwd, "files": files}
-        # Written only when present, so a workspace without them keeps the digest (and the
-        # manifest format) it had before these keys existed.
-        if state.executable:
-            manifest["exec"] = sorted(state.executable)
-        if state.links:
-            manifest["links"] = dict(sorted(state.links.items()))
-        if state.dirs:
-            manifest["dirs"] = sorted(state.dirs)
-        return self.world.put_blob(canonical_json(manifest).encode())
+        root = _Folder()
+        for path, data in state.files.items():
+            folder, name = root.parent_of(path)
+            folder.files[name] = self._put(data)
+            if path in state.executable:
+                folder.executable.append(name)
+        for path, target in state.links.items():
+            folder, name = root.parent_of(path)
+            folder.links[name] = target
+        for path in state.dirs:
+            root.folder(path)
+        manifest = {"cwd": state.cwd, "tree": root.save(self._put)}
+        return self._put(canonical_json(manifest).encode())
 
     def load(self, digest: str) -> SandboxState:
         try:
             manifest = json.loads(self.world.get_blob(digest))
-            files = {p: self.world.get_blob(d) for p, d in manifest["files"].items()}
-            self._stored.update(manifest["files"].values())
+            if "tree" not in manifest:
+                return self._load_flat(manifest)
+            state = _Loaded()
+            self._load_folder(str(manifest["tree"]), "", state)
             return SandboxState(
-                files=files,
+                files=state.files,
                 cwd=str(manifest["cwd"]),
-                executable=frozenset(str(p) for p in manifest.get("exec", ())),
-                links={str(p): str(t) for p, t in manifest.get("links", {}).items()},
-                dirs=frozenset(str(p) for p in manifest.get("dirs", ())),
+                executable=frozenset(state.executable),
+                links=state.links,
+                dirs=frozenset(state.dirs),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptJournal(f"workspace snapshot {digest[:12]} is unreadable: {exc}") from exc
+
+    def _load_folder(self, digest: str, prefix: str, into: _Loaded) -> None:
+        node = json.loads(self.world.get_blob(digest))
+        self._stored.add(digest)
+        for name, blob in node.get("files", {}).items():
+            into.files[prefix + _name(name)] = self.world.get_blob(blob)
+            self._stored.add(blob)
+        into.executable.update(prefix + _name(n) for n in node.get("exec", ()))
+        into.links.update({prefix + _name(n): str(t) for n, t in node.get("links", {}).items()})
+        folders = node.get("dirs", {})
+        if not (node.get("files") or node.get("links") or folders) and prefix:
+            into.dirs.add(prefix.rstrip("/"))
+        for name, child in folders.items():
+            self._load_folder(str(child), prefix + _name(name) + "/", into)
+
+    def _load_flat(self, manifest: dict[str, Any]) -> SandboxState:
+        """A manifest of the first format: every path in one object."""
+        files = {p: self.world.get_blob(d) for p, d in manifest["files"].items()}
+        self._stored.update(manifest["files"].values())
+        return SandboxState(
+            files=files,
+            cwd=str(manifest["cwd"]),
+            executable=frozenset(str(p) for p in manifest.get("exec", ())),
+            links={str(p): str(t) for p, t in manifest.get("links", {}).items()},
+            dirs=frozenset(str(p) for p in manifest.get("dirs", ())),
+        )
+
+
+def _name(name: object) -> str:
+    """An entry name as stored: one path component."""
+    text = str(name)
+    if not text or "/" in text or text in (".", ".."):
+        raise ValueError(f"bad entry name {text!r}")
+    return text
+
+
+@dataclass
+class _Loaded:
+    files: dict[str, bytes] = field(default_factory=dict)
+    executable: set[str] = field(default_factory=set)
+    links: dict[str, str] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Folder:
+    """One directory of a snapshot being saved: stored as its own blob, so an unchanged
+    folder (and all below it) is the same blob in every snapshot."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    executable: list[str] = field(default_factory=list)
+    links: dict[str, str] = field(default_factory=dict)
+    folders: dict[str, _Folder] = field(default_factory=dict)
+
+    def folder(self, path: str) -> _Folder:
+        here = self
+        for part in path.split("/"):
+            here = here.folders.setdefault(part, _Folder())
+        return here
+
+    def parent_of(self, path: str) -> tuple[_Folder, str]:
+        head, _, name = path.rpartition("/")
+        return (self.folder(head) if head else self), name
+
+    def save(self, put: Callable[[bytes], str]) -> str:
+        node: dict[str, object] = {}
+        if self.files:
+            node["files"] = self.files
+        if self.executable:
+            node["exec"] = sorted(self.executable)
+        if self.links:
+            node["links"] = self.links
+        if self.folders:
+            node["dirs"] = {name: child.save(put) for name, child in self.folders.items()}
+        return put(canonical_json(node).encode())
 
 
 def save_workspace(sandbox: Sandbox, store: SnapshotStore) -> str | None:
