@@ -54,7 +54,9 @@ def _outputs(h: Harness, turn_id: str) -> list[str]:
 
 
 @pytest.mark.timeout(600)  # builds a session image (~50 s here, more on a loaded machine)
-def test_builtin_agent_runs_pytest_on_a_toolchain_image(harness: Harness, fresh_image: str) -> None:
+def test_builtin_agent_runs_pytest_on_a_toolchain_image(
+    harness: Harness, fresh_image: str, python_image: str
+) -> None:
     h = harness
     out = h.cli(
         "run", "--workspace", "docker", "--image", fresh_image, "run the tests", timeout=600
@@ -97,6 +99,19 @@ def test_builtin_agent_runs_pytest_on_a_toolchain_image(harness: Harness, fresh_
     assert again.stdout.startswith(f"{container.image.tags[0]} (from {fresh_image}): up to date")
     doctor = h.cli("doctor")
     assert "[ok] session images: " in doctor.stdout and fresh_image in doctor.stdout
+    # The session keeps its container: another toolchain is refused, saying how to switch.
+    other = h.cli(
+        "run",
+        "--session",
+        ids["session"],
+        "--workspace",
+        "docker",
+        "--image",
+        python_image,
+        "run the tests",
+    )
+    assert other.returncode != 0
+    assert f"durable-harness sandbox rm {ids['session']}" in other.stdout + other.stderr
     with DockerSandbox(ids["session"]) as box:
         box.remove()
 

@@ -198,6 +198,7 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
                 f"Docker is not reachable at {self.docker_host} ({reason(exc)}): start the "
                 "Docker daemon or point DOCKER_HOST at it (`durable-harness doctor` checks)"
             ) from exc
+        self.toolchain = toolchain
         if toolchain:
             # The repository's image with the agent's parts added (built on first use).
             self.image = build_session_image(toolchain, docker_host=docker_host).image
@@ -246,6 +247,7 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             if found:
                 container = found[0]
                 new_workspace = False
+                self._check_toolchain(container)
             else:
                 new_workspace = self._ensure_volumes()
                 container = self._create()
@@ -256,6 +258,19 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             # A kept home volume may carry the mark of a workspace that is gone.
             self.set_snapshot_mark(None)
         return self._container_id
+
+    def _check_toolchain(self, container: Any) -> None:
+        """A session keeps the container it was made with: a turn that names another
+        toolchain image is told how to switch, rather than run on the wrong toolchain."""
+        if not self.toolchain:
+            return
+        wanted = self.client.images.get(self.image).id
+        if container.attrs.get("Image") != wanted:
+            raise ConfigError(
+                f"the container of session {self.session_id} runs another image than the "
+                f"session image of {self.toolchain}: `durable-harness sandbox rm "
+                f"{self.session_id}` and run again (the workspace comes back from the World)"
+            )
 
     def _labels(self) -> dict[str, str]:
         return {LABEL_SESSION: self.session_id, LABEL_MANAGED: "1"}
