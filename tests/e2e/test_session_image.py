@@ -116,7 +116,18 @@ def test_builtin_agent_runs_pytest_on_a_toolchain_image(
         box.remove()
 
 
-def test_image_not_on_the_host_or_without_docker(harness: Harness) -> None:
+def test_image_admission_and_bad_input(harness: Harness, python_image: str) -> None:
+    # A worker in another process runs a stored turn's image only if its operator allows it.
+    queued = harness.cli(
+        "run", "--detach", "--workspace", "docker", "--image", python_image, "run the tests"
+    )
+    assert queued.returncode == 0, queued.stderr
+    worker = harness.cli("worker", "--until-idle")
+    assert worker.returncode == 0, worker.stderr
+    shown = harness.show(ids_of(queued)["turn"])["turn"]
+    assert shown["status"] == "failed", shown
+    assert f"image {python_image!r} is not an image this worker allows" in shown["error"]
+
     missing = harness.cli(
         "run", "--workspace", "docker", "--image", "dh-test/absent:1", "run the tests"
     )
