@@ -105,12 +105,27 @@ def docker_host() -> Iterator[str]:
     server = docker_server.shared_server()
     previous = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = server.url
+    # A session image built by a test (run --image) reuses the run's cached CLIs.
+    os.environ["DURABLE_HARNESS_DOCKER_CACHE_DIR"] = str(docker_server.CACHE / "build")
     yield server.url
     if previous is None:
         os.environ.pop("DOCKER_HOST", None)
     else:
         os.environ["DOCKER_HOST"] = previous
     docker_server.stop_shared()
+
+
+@pytest.fixture(scope="session")
+def python_image(docker_host: str) -> str:
+    """A toolchain image "with Python and pytest" (and git, pip; no node) for ``--image``
+    (tests/docker_server.py: a debootstrap root, cached between runs), with its session
+    image built, so a test that names it starts at once (``scripts/test`` builds both
+    before the tests)."""
+    from durable_harness.sandbox.session_image import build_session_image
+
+    tag = docker_server.ensure_python_image(docker_host)
+    build_session_image(tag, docker_host=docker_host, say=lambda _line: None)
+    return tag
 
 
 @pytest.fixture(scope="session", autouse=True)

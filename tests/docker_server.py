@@ -150,6 +150,11 @@ class DockerServer:
                 client.close()
         return result
 
+    def ensure_python_image(self, say: Any = lambda _line: None) -> str:
+        """The test image "with Python and pytest" (and no node: the harness adds it when it
+        derives the session image); see :func:`ensure_python_image`."""
+        return ensure_python_image(self.url, say)
+
     def stop(self) -> None:
         """Stop dockerd by its PID (it stops its containers and containerd first)."""
         if self.process is not None and self.process.poll() is None:
@@ -221,17 +226,53 @@ def stop_shared() -> None:
         _shared = None
 
 
+#: What the test image for ``--image`` holds: a project's toolchain (Python, pytest, pip,
+#: git), and no node, which the session image adds.
+PYTHON_PACKAGES = "ca-certificates,git,procps,python3,python3-pytest,python3-pip,python3-venv"
+PYTHON_REPOSITORY = "durable-harness-test/python"
+
+
+def ensure_python_image(url: str, say: Any = lambda _line: None) -> str:
+    """A Debian minbase with :data:`PYTHON_PACKAGES`, imported with ``docker import``:
+    debootstrap runs once per machine (its tar is cached in :data:`CACHE`, like the
+    agent image's base), then an import takes seconds. Returns its tag."""
+    import docker
+
+    from durable_harness.sandbox.docker_image import debootstrap_image
+
+    client = docker.DockerClient(base_url=url, timeout=300)
+    try:
+        return debootstrap_image(
+            client,
+            CACHE / "build",
+            say,
+            repository=PYTHON_REPOSITORY,
+            packages=PYTHON_PACKAGES,
+        )
+    finally:
+        client.close()
+
+
 def warm_cache() -> int:
     """Build the agent image into the cache before the tests run (``scripts/test``): a cold
     build (debootstrap, npm: minutes) then happens once, outside every test's timeout, and
     each pytest process finds the image, or builds it from the cached layers in seconds."""
+    from durable_harness.sandbox.session_image import build_session_image
+
     reason = unavailable()
     if reason is not None:
         print(f"agent image not built: {reason}", flush=True)
         return 0  # the Docker tests fail with this reason; the others still run
     with DockerServer() as server:
         result = server.ensure_image(say=lambda line: print(f"  {line}", flush=True))
-    print("agent image " + ("cached" if result.cached else "built"), flush=True)
+        print("agent image " + ("cached" if result.cached else "built"), flush=True)
+        # The --image tests' toolchain image: debootstrap here, once, not in a test's timeout.
+        say = lambda line: print(f"  {line}", flush=True)  # noqa: E731
+        tag = server.ensure_python_image(say=say)
+        session = build_session_image(
+            tag, docker_host=server.url, cache_dir=CACHE / "build", say=say
+        )
+        print(f"test image {tag}, its session image {session.image}", flush=True)
     return 0
 
 

@@ -67,6 +67,14 @@ def policy_flags(p: argparse.ArgumentParser) -> None:
         help="a folder host-folder workspaces must be in (repeatable); "
         "env DURABLE_HARNESS_WORKSPACE_ROOTS",
     )
+    g.add_argument(
+        "--allowed-image",
+        action="append",
+        dest="allowed_images",
+        metavar="IMAGE",
+        help="a toolchain image turns may name with --image (repeatable, exact name); "
+        "env DURABLE_HARNESS_ALLOWED_IMAGES",
+    )
 
 
 def settings_of(args: argparse.Namespace, **extra: Any) -> Settings:
@@ -78,6 +86,7 @@ def settings_of(args: argparse.Namespace, **extra: Any) -> Settings:
         tool_sets=getattr(args, "tool_sets", None),
         allowed_base_urls=getattr(args, "allowed_base_urls", None),
         workspace_roots=getattr(args, "workspace_roots", None),
+        allowed_images=getattr(args, "allowed_images", None),
         **extra,
     )
 

@@ -28,6 +28,12 @@ def register(sub: Subparsers) -> Commands:
     build.add_argument("--network", help="network of the RUN steps (host: a daemon without bridge)")
     build.add_argument("--cache-dir", help="offline build cache (default ~/.cache/durable-harness)")
     build.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    build.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="build the session image of `run --image IMAGE` ahead (IMAGE with node, the "
+        "agent CLIs and user 1000 added; otherwise built on first use)",
+    )
     box_sub.add_parser("ls", help="list the sandbox containers on this Docker host")
     rm = box_sub.add_parser("rm", help="remove sessions' containers and volumes")
     rm.add_argument("sessions", nargs="+", metavar="SESSION")
@@ -39,7 +45,19 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
     from durable_harness.sandbox import docker_image
 
-    if args.sandbox_command == "build":
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.sandbox_command == "build" and args.image:
+        from durable_harness.sandbox.session_image import build_session_image
+
+        result = build_session_image(
+            args.image,
+            cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+            force=args.force,
+            say=say,
+        )
+        done = "up to date" if result.cached else f"built in {result.seconds:.0f}s"
+        print(f"{result.image} (from {args.image}): {done}, {result.size / 1e6:.0f} MB")
+    elif args.sandbox_command == "build":
         result = docker_image.build_image(
             tag=args.tag,
             base=args.base,
@@ -47,7 +65,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
             network=args.network,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             force=args.force,
-            say=lambda line: print(line, file=sys.stderr, flush=True),
+            say=say,
         )
         done = "up to date" if result.cached else f"built in {result.seconds:.0f}s"
         print(f"{result.image}: {done}, {result.size / 1e6:.0f} MB")

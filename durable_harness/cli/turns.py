@@ -35,6 +35,14 @@ def register(sub: Subparsers) -> Commands:
         "with DURABLE_HARNESS_TOOL_SETS (repeatable); a file given here may run in this "
         "process, a worker elsewhere runs it only if its operator registered it",
     )
+    run.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="the repository's toolchain image (Docker workspace; e.g. python:3.12, on the "
+        "Docker host already): the container runs it with node, the agent CLIs and user "
+        "1000 added, built on first use (docs/docker.md); a worker elsewhere runs it only "
+        "if it is in its DURABLE_HARNESS_ALLOWED_IMAGES",
+    )
     run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
     repo_flags(run)
     run.add_argument(
@@ -166,6 +174,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         settings=settings,
     )
+    if args.image:
+        config["image"] = args.image
     if args.agent_config:
         from durable_harness.adapters import read_agent_config
 

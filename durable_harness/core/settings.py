@@ -89,6 +89,9 @@ class Settings(EnvSettings):
     #: Model endpoints a turn's base_url may name, besides the worker's own
     #: (ANTHROPIC_BASE_URL, OPENAI_BASE_URL): the worker's key goes there.
     allowed_base_urls: ListSetting = ()
+    #: Toolchain images a turn's ``image`` may name (``run --image``; exact names as
+    #: Docker knows them): the image's programs run in the sandbox.
+    allowed_images: ListSetting = ()
     #: Host tool files a turn may load: ``name=/path/tools.py[:LIST]`` (a turn names the
     #: set) or ``/path/tools.py`` (a ``path:LIST`` spec stored with a turn may name it).
     tool_sets: ListSetting = ()

@@ -47,6 +47,9 @@ class TurnConfig(BaseModel):
     base_url: str | None = None
     #: The ``--agent-config`` TOML as a table; the agent's adapter validates it.
     agent_config: Any = None  # validated by the adapter, with its own error messages
+    #: The repository's toolchain image (Docker workspace): the container runs the session
+    #: image derived from it (sandbox/session_image.py).
+    image: str | None = None
 
     @classmethod
     def of(cls, config: Mapping[str, Any] | TurnConfig) -> TurnConfig:

@@ -13,6 +13,8 @@ before anything of the turn is imported or run:
                     registered (``DURABLE_HARNESS_TOOL_SETS``): the file is imported
 ``workspace``       ``virtual``, ``docker``, or a host folder that resolves (symlinks
                     followed) inside ``DURABLE_HARNESS_WORKSPACE_ROOTS``
+``image``           one of ``DURABLE_HARNESS_ALLOWED_IMAGES`` (its programs run in
+                    the sandbox; the session image is derived from it)
 ``max_*``           at most the worker's own setting (the ceiling): lower, never raise
 ``agent_config``    labels a tool ``safe`` only if that is its label anyway or it is in
                     ``DURABLE_HARNESS_SAFE_TOOLS``; ``safe_bash`` patterns only those
@@ -72,6 +74,7 @@ CHECKED_FIELDS = {
     "signal_secret": "the turn's own: authenticates signals to this turn only",
     "base_url": "the worker's own endpoints or the allowed base URLs",
     "agent_config": "no safe label or safe_bash pattern the operator did not allow",
+    "image": "one of the allowed images",
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DEFAULT_LIST = "TOOLS"
@@ -157,6 +160,7 @@ class _Grants:
     base_urls: set[str] = field(default_factory=set)
     workspaces: set[str] = field(default_factory=set)
     agent_configs: set[str] = field(default_factory=set)
+    images: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -180,6 +184,8 @@ def grant(config: Mapping[str, Any]) -> None:
             _GRANTS.workspaces.add(str(Path(turn.workspace).resolve()))
         if turn.agent_config is not None:
             _GRANTS.agent_configs.add(canonical_json(turn.agent_config))
+        if turn.image is not None:
+            _GRANTS.images.add(turn.image)
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,7 @@ class Policy:
     safe_tools: frozenset[str]
     safe_bash: frozenset[str]
     agent_configs: frozenset[str]
+    images: frozenset[str]
     ceilings: Mapping[str, int]
 
     @classmethod
@@ -212,6 +219,7 @@ class Policy:
                 safe_tools=frozenset(settings.safe_tools),
                 safe_bash=frozenset(settings.safe_bash),
                 agent_configs=frozenset(_GRANTS.agent_configs),
+                images=frozenset(set(settings.allowed_images) | _GRANTS.images),
                 ceilings={name: int(getattr(settings, name)) for name in LIMITS},
             )
 
@@ -254,6 +262,11 @@ def admit(config: Mapping[str, Any] | TurnConfig, settings: Settings) -> Admitte
             )
         effective[name] = ceiling if asked is None else asked
     problems += _agent_config(turn, policy)
+    if turn.image is not None and turn.image not in policy.images:
+        problems.append(
+            f"image {turn.image!r} is not an image this worker allows "
+            "(DURABLE_HARNESS_ALLOWED_IMAGES)"
+        )
     if problems:
         raise TurnRefused("refused by this worker's policy: " + "; ".join(problems))
     return Admitted(effective, int(effective["max_model_calls"]))

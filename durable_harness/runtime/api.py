@@ -91,6 +91,7 @@ def enqueue_turn(
     model: str | None = None,
     base_url: str | None = None,
     agent_config: Mapping[str, Any] | None = None,
+    image: str | None = None,
     settings: Settings | None = None,
     repo: str | None = None,
     ref: str | None = None,
@@ -102,7 +103,8 @@ def enqueue_turn(
     ``tools`` are ``path/to/file.py:NAME`` specs (NAME a list of :func:`tool` objects):
     a spec, not the objects, because any worker on any machine must load the same tools
     when it resumes the turn. With ``session_id`` the turn continues that session (it
-    runs after the session's earlier turns). The configuration is checked here: a bad
+    runs after the session's earlier turns). ``image`` names the repository's toolchain
+    image for the Docker workspace (``run --image``). The configuration is checked here: a bad
     agent, workspace or tools file raises :class:`ConfigError` now, not in a worker.
 
     ``repo`` (a folder or URL; ``ref``, ``include_uncommitted`` as ``run --repo`` takes
@@ -111,6 +113,9 @@ def enqueue_turn(
     """
     settings = settings or Settings.load()
     config = _config(agent, workspace, tools, model, base_url, agent_config, settings)
+    if image is not None:
+        config["image"] = image  # the repository's toolchain image (docs/docker.md)
+        grant(config)
     seed = _seed(repo, ref, include_uncommitted, config)
     return start_turn(world, settings, prompt, config, session_id, queue_behind=True, seed=seed)
 
@@ -126,6 +131,7 @@ def run_turn(
     model: str | None = None,
     base_url: str | None = None,
     agent_config: Mapping[str, Any] | None = None,
+    image: str | None = None,
     settings: Settings | None = None,
     quiet: bool = True,
     repo: str | None = None,
@@ -143,6 +149,9 @@ def run_turn(
     """
     settings = settings or Settings.load()
     config = _config(agent, workspace, tools, model, base_url, agent_config, settings)
+    if image is not None:
+        config["image"] = image  # the repository's toolchain image (docs/docker.md)
+        grant(config)
     seed = _seed(repo, ref, include_uncommitted, config)
     turn = start_turn(world, settings, prompt, config, session_id, seed=seed)
     worker = make_worker(world, settings, quiet=quiet)

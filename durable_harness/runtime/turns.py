@@ -84,6 +84,12 @@ def start_turn(
     error, since the caller means to drive the new turn now."""
     if not prompt.strip():
         raise ConfigError("the prompt is empty: say what the agent should do")
+    typed = TurnConfig.of(config)
+    if typed.image is not None and not typed.docker:
+        raise ConfigError(
+            f"--image {typed.image} is the Docker workspace's toolchain: add --workspace docker "
+            f"(not {typed.workspace!r})"
+        )
     get_adapter(str(config["agent"])).check(admit(config, settings).config, settings)
     if session_id is not None and seed is not None:
         raise ConfigError(

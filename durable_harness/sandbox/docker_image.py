@@ -52,6 +52,8 @@ LABEL_MANAGED = "durable-harness.managed"
 IMAGE_REPOSITORY = "durable-harness/agent"
 BASE_REPOSITORY = "durable-harness/base"
 CONTEXT_LABEL = "durable-harness.context"
+#: On a session image (sandbox/session_image.py): the image it was derived from.
+SOURCE_LABEL = "durable-harness.source-image"
 CONTEXT_FILES = ("Dockerfile", "tools/npm/package.json", "tools/npm/package-lock.json")
 BASE_PACKAGES = "ca-certificates,git,procps"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -65,6 +67,10 @@ def default_image() -> str:
 
 
 def default_cache_dir() -> Path:
+    """``DURABLE_HARNESS_DOCKER_CACHE_DIR``, else ``~/.cache/durable-harness/docker``: the
+    debootstrap roots and the CLIs' node_modules of offline and session-image builds."""
+    if os.environ.get("DURABLE_HARNESS_DOCKER_CACHE_DIR"):
+        return Path(os.environ["DURABLE_HARNESS_DOCKER_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "durable-harness" / "docker"
 
@@ -164,8 +170,34 @@ def _npm_package() -> Path:
 def local_base(client: Any, cache_dir: Path, say: Say, mirror: str = DEBIAN_MIRROR) -> str:
     """The offline base image (built and cached on first use); returns its tag."""
     node, version = _node()
-    key = hashlib.sha256(f"bookworm|{BASE_PACKAGES}|{version}".encode()).hexdigest()[:12]
-    tag = f"{BASE_REPOSITORY}:bookworm-node{version}-{key}"
+    return debootstrap_image(
+        client,
+        cache_dir,
+        say,
+        repository=BASE_REPOSITORY,
+        packages=BASE_PACKAGES,
+        node=(node, version),
+        mirror=mirror,
+    )
+
+
+def debootstrap_image(
+    client: Any,
+    cache_dir: Path,
+    say: Say,
+    *,
+    repository: str,
+    packages: str,
+    node: tuple[Path, str] | None = None,
+    mirror: str = DEBIAN_MIRROR,
+) -> str:
+    """A Debian bookworm ``minbase`` root with ``packages`` (and this host's node, if
+    given), imported with ``docker import``: made once, its tar cached in ``cache_dir``
+    by a key of what went in; returns its tag. Needs root and debootstrap."""
+    version = node[1] if node else ""
+    key = hashlib.sha256(f"bookworm|{packages}|{version}".encode()).hexdigest()[:12]
+    flavour = f"bookworm-node{version}" if node else "bookworm"
+    tag = f"{repository}:{flavour}-{key}"
     import docker.errors
 
     try:
@@ -173,7 +205,8 @@ def local_base(client: Any, cache_dir: Path, say: Say, mirror: str = DEBIAN_MIRR
         return tag
     except docker.errors.ImageNotFound:
         pass
-    tarball = cache_dir / f"base-{key}.tar"
+    prefix = "base" if node else repository.rsplit("/", 1)[-1]
+    tarball = cache_dir / f"{prefix}-{key}.tar"
     if not tarball.is_file():
         if os.geteuid() != 0 or shutil.which("debootstrap") is None:
             raise ConfigError(
@@ -187,12 +220,13 @@ def local_base(client: Any, cache_dir: Path, say: Say, mirror: str = DEBIAN_MIRR
                 [
                     "debootstrap",
                     "--variant=minbase",
-                    f"--include={BASE_PACKAGES}",
+                    f"--include={packages}",
                     *("bookworm", str(rootfs), mirror),
                 ],
                 say,
             )
-            _copy_node(rootfs, node)
+            if node:
+                _copy_node(rootfs, node[0])
             for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
                 for item in (rootfs / leftover).glob("*"):
                     if item.is_file():
@@ -422,6 +456,11 @@ def sandbox_checks(docker_host: str | None = None, image: str | None = None) -> 
         if not fresh:
             detail += "; built from older sources: `durable-harness sandbox build` rebuilds it"
         checks.append(Check("agent image", True, detail))
+        # Session images (run --image) carry the name of the image they were derived from.
+        derived = client.images.list(filters={"label": SOURCE_LABEL})
+        if derived:
+            names = sorted({str(i.labels.get(SOURCE_LABEL)) for i in derived})
+            checks.append(Check("session images", True, f"{len(derived)}, from {', '.join(names)}"))
         return checks
     finally:
         client.close()

@@ -93,6 +93,36 @@ def test_container_lost_mid_turn(tmp_path: Path, docker_host: str) -> None:
         assert tool_rows(after) == [("bash", "done"), ("write", "done"), ("notify", "done")]
 
 
+def test_turn_on_a_toolchain_image(tmp_path: Path, docker_host: str, python_image: str) -> None:
+    """``--image``: Pi runs in the session image derived from a toolchain image that has
+    Python and no node (the harness added node and the pinned CLIs)."""
+    import docker
+
+    for h in pi_harness(tmp_path, where="docker"):
+        out = h.cli(*run_args(h, "--image", python_image))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == FINAL
+        ids = ids_of(out)
+        assert tool_rows(h.show(ids["turn"])) == [
+            ("bash", "done"),
+            ("write", "done"),
+            ("notify", "done"),
+        ]
+        assert (
+            container_text(ids["session"], "/workspace/site/pricing.html") == "<h1>Pricing</h1>\n"
+        )
+        client = docker.DockerClient(base_url=docker_host)
+        try:
+            selector = {"label": f"durable-harness.session={ids['session']}"}
+            (container,) = client.containers.list(filters=selector)
+            assert container.image.labels["durable-harness.source-image"] == python_image
+            ran = container.exec_run(["python3", "-c", "import pytest; print(pytest.__name__)"])
+            assert ran.output == b"pytest\n" and ran.exit_code == 0
+        finally:
+            client.close()
+        _remove(ids["session"])
+
+
 def _remove(session: str) -> None:
     box = DockerSandbox(session)
     try:

@@ -184,3 +184,20 @@ def test_what_this_process_was_given_it_may_run(tmp_path: Path) -> None:
     other = {**mine, "agent_config": {"replay": {"safe_bash": ["rm *"]}}}
     assert "'rm *'" in refused(other)
     assert not marker.exists()
+
+
+def test_image_only_an_allowed_one_or_granted() -> None:
+    # The image's programs run in the sandbox: a stored turn names only what the operator
+    # allows; `run --image` (grant) allows it in that process.
+    message = refused({"workspace": "docker", "image": "evil/miner:latest"})
+    assert "image 'evil/miner:latest' is not an image this worker allows" in message
+    assert "DURABLE_HARNESS_ALLOWED_IMAGES" in message
+    allowed = Settings(allowed_images=("python:3.12",))
+    assert admit({"workspace": "docker", "image": "python:3.12"}, allowed).config["image"] == (
+        "python:3.12"
+    )
+    assert "python:3.12-slim" in refused(
+        {"workspace": "docker", "image": "python:3.12-slim"}, allowed
+    )
+    grant({"workspace": "docker", "image": "dh-test/granted:1"})
+    admit({"workspace": "docker", "image": "dh-test/granted:1"}, Settings())

@@ -122,7 +122,7 @@ def open_turn_sandbox(
             max_bytes=settings.max_bytes if turn.max_bytes is None else turn.max_bytes,
         )
     if spec == DOCKER:
-        return open_sandbox(spec, session_id=session_id)
+        return open_sandbox(spec, session_id=session_id, toolchain=turn.image)
     return open_sandbox(spec)
 
 

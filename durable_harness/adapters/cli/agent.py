@@ -129,7 +129,8 @@ class CliAdapter(Adapter):
         if docker:
             from durable_harness.sandbox import open_sandbox
 
-            open_sandbox("docker").close()  # Docker answers and the image is built
+            # Docker answers and the image is built (on first use, here: with progress).
+            open_sandbox("docker", toolchain=turn.image).close()
         else:
             check_version(spec, find_binary(spec))
 

@@ -92,8 +92,8 @@ class DockerCliHost(CliHost):
     workspace = "/workspace"
     durable = True
 
-    def __init__(self, session_id: str) -> None:
-        self.sandbox = DockerSandbox(session_id)
+    def __init__(self, session_id: str, toolchain: str | None = None) -> None:
+        self.sandbox = DockerSandbox(session_id, toolchain=toolchain)
         self._relay: UnixRelay | None = None
         self._ports: dict[str, int] = {}  # job id -> its bridge's port (endpoint())
 

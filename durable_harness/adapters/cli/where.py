@@ -75,7 +75,7 @@ def open_cli_host(
     if check_where(config, agent, docker_only=docker_only):
         from durable_harness.adapters.cli.docker_host import DockerCliHost
 
-        return DockerCliHost(session_id)
+        return DockerCliHost(session_id, toolchain=TurnConfig.of(config).image)
     # A docker-only agent on a host folder is the developer's opt-in to their own uid;
     # Pi and OpenCode run there as the agent user (sandbox/agent_user.py).
     user = None if docker_only else agent_user()

@@ -57,7 +57,12 @@ import docker
 import docker.errors
 import requests
 
-from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
+from durable_harness.core.errors import (
+    ConfigError,
+    ResourceLimit,
+    SandboxError,
+    SandboxUnavailable,
+)
 from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted, shell_text
 from durable_harness.core.settings import Settings
 from durable_harness.sandbox.docker import exec as docker_exec
@@ -66,6 +71,7 @@ from durable_harness.sandbox.docker.files import DockerFiles
 from durable_harness.sandbox.docker.jobs import DetachedJobs
 from durable_harness.sandbox.docker.state import DockerState
 from durable_harness.sandbox.docker_image import LABEL_MANAGED, LABEL_SESSION, default_image, reason
+from durable_harness.sandbox.session_image import build_session_image, ensure_agent_image
 
 __all__ = ["LABEL_MANAGED", "LABEL_SESSION", "RUN_DIR", "DockerSandbox", "host_run_dir"]
 
@@ -121,9 +127,12 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
     default to ``DURABLE_HARNESS_DOCKER_{MEMORY,CPUS,PIDS,TMP_SIZE}`` (``2g``, ``2``,
     ``512``, ``256m``), the size of each volume to ``DURABLE_HARNESS_MAX_WORKSPACE_BYTES``
     (unset: no cap but the host's disk; see :meth:`_volume_options`) and the image to
-    ``DURABLE_HARNESS_DOCKER_IMAGE`` or :func:`default_image`. The constructor checks
-    that Docker answers and the image exists (:class:`SandboxUnavailable` otherwise)
-    and creates nothing.
+    ``DURABLE_HARNESS_DOCKER_IMAGE`` or :func:`default_image` (built on first use when
+    missing, :mod:`..session_image`). ``toolchain`` names the repository's own image
+    (``run --image``): the container then runs the session image derived from it, built on
+    first use. The constructor checks that Docker answers and the image exists
+    (:class:`SandboxUnavailable` otherwise; ConfigError for a toolchain image that is not
+    on the Docker host) and creates no container.
     """
 
     journaled = False
@@ -134,6 +143,7 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
         session_id: str | None = None,
         *,
         image: str | None = None,
+        toolchain: str | None = None,
         memory: str | None = None,
         cpus: float | None = None,
         pids: int | None = None,
@@ -188,13 +198,19 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
                 f"Docker is not reachable at {self.docker_host} ({reason(exc)}): start the "
                 "Docker daemon or point DOCKER_HOST at it (`durable-harness doctor` checks)"
             ) from exc
+        self.toolchain = toolchain
+        if toolchain:
+            # The repository's image with the agent's parts added (built on first use).
+            self.image = build_session_image(toolchain, docker_host=docker_host).image
+            return
         try:
             self.client.images.get(self.image)
         except docker.errors.ImageNotFound:
-            raise SandboxUnavailable(
-                f"the agent image {self.image} is not built on this Docker host: run "
-                "`durable-harness sandbox build` (see docs/docker.md)"
-            ) from None
+            try:
+                ensure_agent_image(self.image, docker_host=docker_host)
+            except ConfigError as exc:
+                # Unavailable, not a bad turn: a worker releases it for when the image is there.
+                raise SandboxUnavailable(str(exc)) from None
         except _BACKEND_ERRORS as exc:
             raise SandboxUnavailable(f"Docker failed looking up {self.image}: {exc}") from exc
 
@@ -231,6 +247,7 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             if found:
                 container = found[0]
                 new_workspace = False
+                self._check_toolchain(container)
             else:
                 new_workspace = self._ensure_volumes()
                 container = self._create()
@@ -241,6 +258,19 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             # A kept home volume may carry the mark of a workspace that is gone.
             self.set_snapshot_mark(None)
         return self._container_id
+
+    def _check_toolchain(self, container: Any) -> None:
+        """A session keeps the container it was made with: a turn that names another
+        toolchain image is told how to switch, rather than run on the wrong toolchain."""
+        if not self.toolchain:
+            return
+        wanted = self.client.images.get(self.image).id
+        if container.attrs.get("Image") != wanted:
+            raise ConfigError(
+                f"the container of session {self.session_id} runs another image than the "
+                f"session image of {self.toolchain}: `durable-harness sandbox rm "
+                f"{self.session_id}` and run again (the workspace comes back from the World)"
+            )
 
     def _labels(self) -> dict[str, str]:
         return {LABEL_SESSION: self.session_id, LABEL_MANAGED: "1"}
