@@ -67,8 +67,9 @@ CAPABILITIES: dict[str, Capabilities] = {
         persistent_shell=True,
         partial_output_on_timeout=True,
         real_binaries=True,
-        exports_state=False,
-        byte_cap=None,
+        exports_state=True,
+        byte_cap={"max_snapshot_bytes": 1000},
+        relative_cwd=True,
     ),
     "docker": Capabilities(
         separate_stderr=True,
