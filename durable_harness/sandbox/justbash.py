@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 
 from just_bash import ExecResult, InMemoryFs
 from just_bash.commands import create_command_registry
-from just_bash.fs import DirectoryEntry, FileEntry
+from just_bash.fs import DirectoryEntry, FileEntry, SymlinkEntry
 from just_bash.interpreter import InterpreterError
 
 from durable_harness.core.errors import SandboxError
+from durable_harness.core.sandbox import SandboxState
 
 __all__ = [
     "WORKSPACE",
@@ -151,17 +152,26 @@ class CappedFs(InMemoryFs):
     def entries(self) -> CappedEntries:
         return self._data
 
-    def reset(self, files: dict[str, bytes]) -> None:
-        """Replace everything with the default tree, ``/workspace`` and ``files``."""
+    def reset(self, state: SandboxState) -> None:
+        """Replace everything with the default tree, ``/workspace`` and ``state``'s files
+        (mode 755 if executable, else 644), links (as links: the target is kept as
+        written, never resolved here) and empty directories. WorkspaceFull if they pass
+        a cap (the filesystem is then partly written: the caller restores it)."""
         self._data.clear()
         self._data["/"] = DirectoryEntry()
         self._create_default_structure()
         self._mkdir_sync(WORKSPACE)
-        for rel, content in files.items():
-            self._write_file_sync(f"{WORKSPACE}/{rel}", content)
-            if content.startswith(b"#!"):
-                # Modes are not in SandboxState; a script is almost always meant to run.
-                self._data[f"{WORKSPACE}/{rel}"] = FileEntry(content=content, mode=0o755)
+        for rel in sorted(state.dirs):
+            self._mkdir_sync(f"{WORKSPACE}/{rel}", recursive=True)
+        for rel, content in state.files.items():
+            path = f"{WORKSPACE}/{rel}"
+            self._ensure_parent_dirs(path)
+            mode = 0o755 if rel in state.executable else 0o644
+            self._data[path] = FileEntry(content=content, mode=mode)
+        for rel, target in state.links.items():
+            path = f"{WORKSPACE}/{rel}"
+            self._ensure_parent_dirs(path)
+            self._data[path] = SymlinkEntry(target=target)
 
     def forget_process_substitutions(self) -> None:
         """Delete the files just-bash left behind for ``<(...)`` (they would count

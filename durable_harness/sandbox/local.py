@@ -31,11 +31,26 @@ The shell protocol, per command:
 * with ``DURABLE_HARNESS_MAX_WORKSPACE_BYTES`` the folder is watched while a command runs
   (:mod:`.quota`): past the quota the command's processes are killed (the shell
   interrupted if it is what writes) and the result says why, exit code 153.
+
+Snapshots (``snapshots`` is True): the folder is saved to the World at step boundaries
+(:func:`~durable_harness.core.tree.read_tree`: files, executable bits, links as links, empty
+folders, ``.git`` included), so the session is in the World for ``diff``/``export`` and a
+resume on a machine whose folder is missing or stale. A file is read again only when its
+(inode, size, mtime, ctime, mode) changed since the last export. An import *replaces* the
+folder's contents: a host-folder workspace of a session is the harness's clone, never the
+user's own checkout. The snapshot mark is kept outside the folder, in a file of the
+worker's own (:func:`mark_dir`) that the agent user can neither read nor write, holding
+the digest and the folder's identity (a random id in a ``trusted.*`` extended attribute of
+the folder, which only root reads or sets): a folder removed and made again has no mark
+and is restored. (With ``DURABLE_HARNESS_UNSAFE_SAME_USER=1`` the agent runs as the worker
+and could forge both; that opt-in gives up every such line.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import secrets
@@ -51,8 +66,16 @@ from typing import Any
 import pexpect
 
 from durable_harness.core.errors import SandboxError
-from durable_harness.core.sandbox import Sandbox, ShellResult, cap_timeout, noted, shell_text
+from durable_harness.core.sandbox import (
+    Sandbox,
+    SandboxState,
+    ShellResult,
+    cap_timeout,
+    noted,
+    shell_text,
+)
 from durable_harness.core.settings import Settings
+from durable_harness.core.tree import TreeCache, read_tree, write_tree
 from durable_harness.sandbox.agent_user import (
     agent_env,
     agent_user,
@@ -63,7 +86,7 @@ from durable_harness.sandbox.agent_user import (
 )
 from durable_harness.sandbox.quota import WorkspaceWatch
 
-__all__ = ["LocalSandbox"]
+__all__ = ["LocalSandbox", "mark_dir"]
 
 _TIMEOUT_EXIT_CODE = 124  # what GNU timeout returns, so agents recognise it
 _QUOTA_EXIT_CODE = 153  # 128 + SIGXFSZ: what a shell reports for "File size limit exceeded"
@@ -86,22 +109,45 @@ _SHELL_ENV = {
 # Job control off keeps every child in the shell's process group, so Ctrl-C reaches the
 # foreground command and close() can kill everything at once; +H stops "!" expansion.
 _SHELL_SETUP = "set +m +H; unset PROMPT_COMMAND"
+# The folder's identity for its snapshot mark (see LocalSandbox._folder_id).
+_FOLDER_ID = ("trusted." if os.geteuid() == 0 else "user.") + "durable-harness.folder"
+
+
+def mark_dir() -> Path:
+    """Where the worker keeps its host folders' snapshot marks:
+    ``$XDG_STATE_HOME/durable-harness/workspace-marks`` (default ``~/.local/state/…``),
+    created mode 700: the worker's, out of every workspace."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(state) / "durable-harness" / "workspace-marks"
 
 
 class LocalSandbox(Sandbox):
     """A host folder with one persistent shell, started lazily on the first ``bash``.
 
-    ``timeout`` is the default for ``bash`` calls that pass ``timeout=None``.
+    ``timeout`` is the default for ``bash`` calls that pass ``timeout=None``; an export
+    of a folder holding more than ``max_snapshot_bytes`` fails (SandboxError); marks are
+    kept in ``marks`` (default :func:`mark_dir`).
     """
 
     journaled = False
+    snapshots = True
 
-    def __init__(self, root: Path, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        timeout: float = 60.0,
+        max_snapshot_bytes: int = 1 << 30,
+        marks: Path | None = None,
+    ) -> None:
         root = Path(root).expanduser()
         if not root.is_dir():
             raise SandboxError(f"sandbox folder {root} does not exist or is not a directory")
         self.root = root.resolve()
         self.timeout = timeout
+        self.max_snapshot_bytes = max_snapshot_bytes
+        self._marks = Path(marks) if marks is not None else mark_dir()
+        self._cache = TreeCache()
+        self._start_in = self.root  # the next shell's cwd (import_state sets it)
         self._child: Any = None
         self._user = agent_user()
         grant_workspace(self._user, self.root)
@@ -157,6 +203,88 @@ class LocalSandbox(Sandbox):
             full.write_bytes(content.encode("utf-8"))
         except OSError as exc:
             raise SandboxError(f"write: {path}: {exc.strerror or exc}") from None
+
+    # -- snapshots -----------------------------------------------------------------
+
+    def export_state(self) -> SandboxState:
+        """The folder as it is, and the shell's cwd *relative to the folder* ("" for the
+        folder itself; the folder's path differs between machines), or the folder the
+        next shell starts in while none runs. SandboxError past ``max_snapshot_bytes``."""
+        where = self._start_in
+        if self._child is not None and self._child.isalive():
+            with contextlib.suppress(OSError):
+                # The shell exec'd in become.py's place: its pid is the shell's.
+                where = Path(os.readlink(f"/proc/{self._child.pid}/cwd"))
+        cwd = where.relative_to(self.root).as_posix() if where.is_relative_to(self.root) else ""
+        return read_tree(
+            self.root,
+            cwd="" if cwd == "." else cwd,
+            cache=self._cache,
+            max_bytes=self.max_snapshot_bytes,
+        )
+
+    def import_state(self, state: SandboxState) -> None:
+        """Replace the folder's contents with ``state`` (nothing is followed out of it;
+        everything is made the agent user's, so it may chmod and remove what it finds),
+        and start the next shell in ``state.cwd`` (relative to the folder, or absolute in
+        it; anything else: the folder)."""
+        self._stop()
+        owner = None if self._user is None else (self._user.uid, self._user.gid)
+        write_tree(self.root, state, replace=True, owner=owner)
+        self._cache.clear()
+        grant_workspace(self._user, self.root)
+        real = (self.root / state.cwd).resolve()
+        inside = real.is_relative_to(self.root) and real.is_dir()
+        self._start_in = real if inside else self.root
+
+    def _mark_file(self) -> Path:
+        return self._marks / (hashlib.sha256(str(self.root).encode()).hexdigest()[:32] + ".json")
+
+    def _folder_id(self, create: bool) -> str:
+        """The folder's identity: a random id the worker keeps in an extended attribute of
+        the folder (``trusted.*`` when it runs as root: the agent user can neither read
+        nor set it), made on the first mark; a folder removed and made again has none,
+        even where its inode number is reused. Where extended attributes cannot be set,
+        the folder's (device, inode) stands in."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            try:
+                return os.getxattr(fd, _FOLDER_ID).decode()
+            except OSError:
+                if not create:
+                    info = os.fstat(fd)
+                    return f"{info.st_dev}:{info.st_ino}"
+            folder_id = secrets.token_hex(16)
+            try:
+                os.setxattr(fd, _FOLDER_ID, folder_id.encode())
+            except OSError:
+                info = os.fstat(fd)
+                return f"{info.st_dev}:{info.st_ino}"
+            return folder_id
+        finally:
+            os.close(fd)
+
+    def snapshot_mark(self) -> str | None:
+        try:
+            mark = json.loads(self._mark_file().read_text())
+            folder_id = self._folder_id(create=False)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(mark, dict) or mark.get("folder") != folder_id:
+            return None  # another folder at this path: it holds no snapshot we know of
+        digest = mark.get("digest")
+        return digest if isinstance(digest, str) else None
+
+    def set_snapshot_mark(self, digest: str | None) -> None:
+        path = self._mark_file()
+        if digest is None:
+            path.unlink(missing_ok=True)
+            return
+        self._marks.mkdir(mode=0o700, parents=True, exist_ok=True)
+        record = {"root": str(self.root), "folder": self._folder_id(create=True)}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**record, "digest": digest}))
+        os.replace(tmp, path)
 
     # -- shell ---------------------------------------------------------------------
 
@@ -248,10 +376,11 @@ class LocalSandbox(Sandbox):
                 return self._child
             self._stop()
         argv = as_agent(self._user, ["bash", "--noprofile", "--norc", "--noediting"], reap=True)
+        start_in, self._start_in = self._start_in, self.root
         child = pexpect.spawn(
             argv[0],
             argv[1:],
-            cwd=str(self.root),
+            cwd=str(start_in),
             env=agent_env(self._home, self._user, _SHELL_ENV),
             echo=False,
             dimensions=(40, 250),

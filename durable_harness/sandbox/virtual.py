@@ -33,16 +33,17 @@ removed (it reaches host files), ``cat`` copies bytes exactly, ``xargs`` reads a
 options (``-I{}``), a crashing command fails alone instead of aborting the script, and
 the filesystem carries non-UTF-8 bytes and writes through symlinks.
 
-Limits of the format: :class:`SandboxState` holds file bytes and cwd only, so file modes,
-mtimes, empty directories (other than the cwd) and shell variables are not carried
-across ``import_state`` (a restored file starting with ``#!`` is made executable, since
-scripts almost always are); a symlink is exported as a copy of the file it points to.
+What a snapshot keeps: file bytes, the executable bit (``chmod +x`` sets it, as the
+interpreter keeps modes), symbolic links as links (the target as written: the interpreter
+has links, and resolves them in its own filesystem only, so a link pointing outside the
+workspace leads to nothing on the host), empty directories, and the cwd. Not kept: other
+mode bits, mtimes and shell variables. A state's links and directories count against
+``max_files`` on import like the files (the interpreter's caps count them too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import posixpath
 import threading
@@ -350,33 +351,51 @@ class VirtualSandbox(Sandbox):
     # -- state ---------------------------------------------------------------------
 
     def export_state(self) -> SandboxState:
-        """Every file under the workspace (relative path -> bytes, sorted) and the cwd."""
+        """Everything under the workspace, sorted: files (relative path -> bytes) with
+        their executable bit, links as links, empty directories; and the cwd."""
         files: dict[str, bytes] = {}
+        executable: set[str] = set()
+        links: dict[str, str] = {}
+        folders: list[str] = []
+        parents: set[str] = set()
         prefix = WORKSPACE + "/"
         for path in sorted(self._fs.entries):
-            entry = self._fs.entries[path]
-            if not path.startswith(prefix) or entry.type == "directory":
+            if not path.startswith(prefix):
                 continue
-            if entry.type == "symlink":
-                # Dangling, looping or pointing at a directory: nothing to copy.
-                with contextlib.suppress(OSError):
-                    files[path[len(prefix) :]] = drive(self._fs.read_file_bytes(path))
-                continue
-            files[path[len(prefix) :]] = entry.content
-        return SandboxState(files=files, cwd=_state(self._shell).cwd)
+            entry, rel = self._fs.entries[path], path[len(prefix) :]
+            parents.add(posixpath.dirname(rel))
+            if entry.type == "directory":
+                folders.append(rel)
+            elif entry.type == "symlink":
+                links[rel] = entry.target
+            else:
+                files[rel] = entry.content
+                if entry.mode & 0o100:
+                    executable.add(rel)
+        return SandboxState(
+            files=files,
+            cwd=_state(self._shell).cwd,
+            executable=frozenset(executable),
+            links=links,
+            dirs=frozenset(d for d in folders if d not in parents),
+        )
 
     def import_state(self, state: SandboxState) -> None:
         """Replace the whole filesystem with ``state``; shell variables are kept.
 
         WorkspaceLimit (and no change) if the state does not fit this sandbox's caps.
         """
-        check_state_paths(state.files)
+        check_state_paths(
+            {**state.files, **dict.fromkeys(state.links, b""), **dict.fromkeys(state.dirs, b"")}
+        )
         entries = self._fs.entries
         size = sum(len(content) for content in state.files.values())
-        if len(state.files) > entries.max_files:
+        count = len(state.files) + len(state.links)
+        if count > entries.max_files or len(state.dirs) > entries.max_files:
             raise WorkspaceLimit(
-                f"workspace limit: the saved workspace has {len(state.files)} files "
-                f"(cap {entries.max_files}); raise --max-files"
+                f"workspace limit: the saved workspace has {count} files and links and "
+                f"{len(state.dirs)} empty directories (cap {entries.max_files}); "
+                "raise --max-files"
             )
         if size > entries.max_bytes:
             raise WorkspaceLimit(
@@ -384,12 +403,15 @@ class VirtualSandbox(Sandbox):
                 f"(cap {entries.max_bytes:,}); raise --max-bytes"
             )
         cwd = "/" + posixpath.normpath(state.cwd or WORKSPACE).lstrip("/")
+        before = dict(entries)
         try:
-            self._fs.reset(dict(state.files))
-            # Empty directories are not exported; recreate the one the shell stood in.
-            drive(self._fs.mkdir(cwd, recursive=True))
+            self._fs.reset(state)
         except WorkspaceFull as exc:
+            self._fs.restore(before)  # the state's folders passed the cap: no change
             raise WorkspaceLimit(exc.message) from None
+        try:
+            # A cwd that is not in the state (older snapshots had no empty folders).
+            drive(self._fs.mkdir(cwd, recursive=True))
         except OSError:
             cwd = WORKSPACE
         shell_state = _state(self._shell)

@@ -46,6 +46,9 @@ class Capabilities:
     exports_state: bool
     #: ``open_sandbox`` options capping the workspace at 1,000 bytes; None: no caps.
     byte_cap: dict[str, Any] | None
+    #: True: a state's cwd is relative to the workspace (local: a host folder's path
+    #: differs between machines); False: an absolute path under the fixed root.
+    relative_cwd: bool = False
 
 
 CAPABILITIES: dict[str, Capabilities] = {
@@ -64,8 +67,9 @@ CAPABILITIES: dict[str, Capabilities] = {
         persistent_shell=True,
         partial_output_on_timeout=True,
         real_binaries=True,
-        exports_state=False,
-        byte_cap=None,
+        exports_state=True,
+        byte_cap={"max_snapshot_bytes": 1000},
+        relative_cwd=True,
     ),
     "docker": Capabilities(
         separate_stderr=True,
@@ -98,6 +102,12 @@ class SandboxSpec:
     def root(self, box: Sandbox) -> str:
         """The workspace root as the shell sees it (absolute paths under it are files)."""
         return self.root_of(box)
+
+    def state_cwd(self, box: Sandbox, rel: str) -> str:
+        """How an exported state names the folder ``rel`` of ``box`` as its cwd."""
+        if self.caps.relative_cwd:
+            return rel
+        return f"{self.root(box)}/{rel}" if rel else self.root(box)
 
     def close_all(self) -> None:
         for box in reversed(self.opened):

@@ -4,6 +4,7 @@ hardening, snapshots. (The Sandbox contract, run on every backend: test_contract
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from durable_harness.core.errors import ResourceLimit, SandboxError, SandboxUnavailable
+from durable_harness.core.tree import RACY_SECONDS
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox import open_sandbox
 from durable_harness.sandbox.docker import LABEL_MANAGED, LABEL_SESSION, DockerSandbox, files
@@ -201,6 +203,7 @@ def test_only_changed_files_are_copied_out(
 ) -> None:
     for i in range(20):
         box.write(f"f{i}.txt", f"{i}\n")
+    time.sleep(RACY_SECONDS * 2)  # a file changed just before an export is copied again
     box.export_state()
     box.bash("echo changed > f3.txt; echo new > g.txt; rm f5.txt")
     asked: list[bytes] = []
@@ -223,6 +226,14 @@ def test_restore_only_when_the_workspace_lacks_the_snapshot(session: str, tmp_pa
         store = SnapshotStore(world)
         with DockerSandbox(session, **LIMITS) as box:
             box.write("keep.txt", "v1\n")
+            # What git keeps, and the agent's own commit in the workspace's .git.
+            made = box.bash(
+                "printf '#!/bin/sh\\necho hi\\n' > run.sh && chmod +x run.sh && "
+                "ln -s keep.txt link && ln -s /etc/passwd out && mkdir -p empty/dir && "
+                "git init -q && git add -A && "
+                "git -c user.name=a -c user.email=a@b commit -qm one"
+            )
+            assert made.exit_code == 0, made.stderr
             digest = save_workspace(box, store)
             assert digest is not None and box.snapshot_mark() == digest
             # Effects after the snapshot (an interrupted step) stay in a live workspace.
@@ -237,6 +248,13 @@ def test_restore_only_when_the_workspace_lacks_the_snapshot(session: str, tmp_pa
             assert fresh.read("keep.txt") == "v1\n"
             with pytest.raises(SandboxError):
                 fresh.read("later.txt")
+            back = fresh.bash(
+                "stat -c '%a %U' run.sh; readlink link out; ./run.sh; test -d empty/dir && "
+                "git log --format=%s && git status --porcelain"
+            )
+            # The mode, the links (not followed) and the commit are back, and git sees
+            # the checkout exactly as committed (no mode or type change).
+            assert back.stdout == "755 agent\nkeep.txt\n/etc/passwd\nhi\none\n", back.stderr
             # The session went on elsewhere: this workspace's mark is stale.
             fresh.set_snapshot_mark("0" * 64)
             fresh.write("keep.txt", "stale\n")

@@ -4,14 +4,19 @@ restarts, timeouts that need a new shell). (The Sandbox contract: test_contract.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from durable_harness.core import tree
 from durable_harness.core.errors import SandboxError
+from durable_harness.core.tree import RACY_SECONDS
+from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox.local import LocalSandbox
+from durable_harness.worlds import open_world
 
 
 @pytest.fixture
@@ -102,3 +107,56 @@ def test_close_kills_background_processes(tmp_path: Path) -> None:
 def test_default_timeout_comes_from_the_constructor(tmp_path: Path) -> None:
     with LocalSandbox(tmp_path, timeout=0.5) as box:
         assert box.bash("sleep 5").timed_out
+
+
+# -- snapshots -------------------------------------------------------------------------
+
+
+def test_host_folder_snapshots_mark_outside_and_copy_only_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host folder is snapshotted into the World; its mark lives in the worker's own
+    folder (not in the workspace, out of the agent user's reach) and is tied to the
+    folder's identity, so a folder made again is restored; an unchanged file is not
+    read again, a chmod is seen."""
+    root, marks = tmp_path / "root", tmp_path / "marks"
+    root.mkdir()
+    with open_world("local", data_dir=tmp_path / "world") as world:
+        store = SnapshotStore(world)
+        with LocalSandbox(root, timeout=20, marks=marks) as box:
+            made = box.bash(
+                "mkdir -p src .git/refs && printf 'x = 1\\n' > src/a.py && "
+                "printf '#!/bin/sh\\necho hi\\n' > run.sh && chmod 755 run.sh && "
+                "ln -s src/a.py a.py && for i in $(seq 30); do echo $i > src/f$i; done"
+            )
+            assert made.exit_code == 0, made.stdout
+            digest = save_workspace(box, store)
+            assert digest is not None and box.snapshot_mark() == digest
+            assert [p.parent for p in marks.iterdir()] == [marks]
+            assert not any(digest in p.read_text() for p in root.rglob("*") if p.is_file())
+            if os.geteuid() == 0:  # the agent user runs the shell: the marks are not its
+                assert box.bash(f"ls {marks}").exit_code != 0
+                # The folder's identity: an attribute only root reads or sets.
+                assert len(os.getxattr(root, "trusted.durable-harness.folder")) == 32
+            time.sleep(RACY_SECONDS * 2)
+            box.export_state()  # now every file is cached
+            read: list[int] = []
+            real_read = tree._read_fd
+            monkeypatch.setattr(tree, "_read_fd", lambda fd, n: read.append(n) or real_read(fd, n))
+            assert box.bash("chmod 644 run.sh && echo 2 > src/f3").exit_code == 0
+            state = box.export_state()
+            assert sorted(read) == [2, 18]  # src/f3 and run.sh, nothing else
+            assert "run.sh" not in state.executable and state.links == {"a.py": "src/a.py"}
+            assert state.dirs == {".git/refs"}
+            # Unchanged: kept as it is, with whatever came after the snapshot.
+            assert restore_workspace(box, store, digest) is False
+            assert box.read("src/f3") == "2\n"
+        # The folder is lost and made again (another machine, a wiped disk).
+        shutil.rmtree(root)
+        root.mkdir()
+        with LocalSandbox(root, timeout=20, marks=marks) as fresh:
+            assert fresh.snapshot_mark() is None
+            assert restore_workspace(fresh, store, digest) is True
+            assert fresh.snapshot_mark() == digest
+            back = fresh.bash("./run.sh && readlink a.py && cat src/f3 && test -d .git/refs")
+            assert back.stdout == "hi\nsrc/a.py\n3\n", back.stdout

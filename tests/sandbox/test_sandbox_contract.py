@@ -227,22 +227,64 @@ FILES = {
 def test_state_round_trip_into_a_fresh_sandbox(exporting_spec: SandboxSpec) -> None:
     box = exporting_spec.open()
     root = exporting_spec.root(box)
-    box.import_state(SandboxState(files=FILES, cwd=root))
+    box.import_state(SandboxState(files=FILES, cwd=root, executable=frozenset({"run.sh"})))
     box.write("notes.md", "kept\n")
     box.bash("mkdir -p deep/empty && cd deep/empty")
     state = box.export_state()
     assert state.files == {**FILES, "notes.md": b"kept\n"}
     assert list(state.files) == sorted(state.files)
-    assert state.cwd == f"{root}/deep/empty"
+    assert state.cwd == exporting_spec.state_cwd(box, "deep/empty")
 
     fresh = exporting_spec.open()
     fresh.import_state(state)
     assert fresh.export_state() == state
     assert fresh.read("notes.md") == "kept\n"
-    assert fresh.bash("pwd").stdout == f"{root}/deep/empty\n"
+    assert fresh.bash("pwd").stdout == f"{exporting_spec.root(fresh)}/deep/empty\n"
     assert fresh.bash("cat ../../bin/blob > ../../copy").exit_code == 0
     assert fresh.export_state().files["copy"] == bytes(range(256))
     assert fresh.bash("cd ../.. && ./run.sh").stdout == "ran\n"  # scripts stay executable
+
+
+def test_what_git_keeps_round_trips(exporting_spec: SandboxSpec) -> None:
+    """Links (to a file, to a folder, and one leading out of the workspace: kept as a link,
+    never followed), the executable bit (a ``#!`` file without it stays without), empty
+    folders and a ``.git`` folder survive export -> import, and changes to each (chmod
+    both ways, a new link, an emptied folder) are seen by the next export (the
+    incremental ones too) and restored into a fresh workspace."""
+    box = exporting_spec.open()
+    state = SandboxState(
+        files={
+            ".git/HEAD": b"ref: refs/heads/main\n",
+            ".git/objects/ab/cdef": bytes(range(200)),
+            "notes.sh": b"#!/bin/sh\necho notes\n",
+            "run.sh": b"#!/bin/sh\necho ran\n",
+            "src/a.py": b"x = 1\n",
+        },
+        cwd=exporting_spec.state_cwd(box, ""),
+        executable=frozenset({"run.sh"}),
+        links={"a.py": "src/a.py", "lib": "src", "out": "/etc/passwd", "gone": "../nowhere"},
+        dirs=frozenset({".git/refs/tags", "empty/inner"}),
+    )
+    box.import_state(state)
+    assert box.export_state() == state
+    assert box.bash("./run.sh").stdout == "ran\n"
+    assert box.bash("./notes.sh").exit_code != 0  # not executable
+    assert box.read("a.py") == box.read("lib/a.py") == "x = 1\n"
+    with pytest.raises(SandboxError):
+        box.read("out")  # the link is kept, but nothing reads through it
+    script = (
+        "chmod 755 notes.sh && chmod 644 run.sh && mkdir -p more/void && ln -s ../run.sh more/up"
+    )
+    assert box.bash(f"{script} && rmdir empty/inner && echo 2 > src/b.py").exit_code == 0
+    changed = box.export_state()
+    assert changed.executable == {"notes.sh"}
+    assert changed.links == {**state.links, "more/up": "../run.sh"}
+    assert changed.dirs == {".git/refs/tags", "empty", "more/void"}
+    assert changed.files == {**state.files, "src/b.py": b"2\n"}
+    fresh = exporting_spec.open()
+    fresh.import_state(changed)
+    assert fresh.export_state() == changed
+    assert fresh.bash("./notes.sh").stdout == "notes\n"
 
 
 def test_export_is_sorted_and_deterministic(exporting_spec: SandboxSpec) -> None:

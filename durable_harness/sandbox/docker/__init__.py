@@ -179,9 +179,8 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
         self._container_id: str | None = None
         self._mark: str | None = None  # the mark as last read or written by this process
         self.jobs = DetachedJobs(self)  # commands that outlive the worker: jobs.py
-        # path -> (size, mtime, content) as last copied out, so export_state copies only
-        # the files that changed since.
-        self._cache: dict[str, tuple[int, str, bytes]] = {}
+        # path -> (stat key, content) as last copied out: see DockerState.
+        self._cache: dict[str, tuple[tuple[int, str, str, int], bytes]] = {}
         self.docker_host = (
             docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
         )

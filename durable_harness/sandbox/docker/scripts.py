@@ -166,17 +166,26 @@ trap __dh_save EXIT
 eval "$(cat "$1")"
 """
 
-# The bash tool's cwd, then the workspace's regular files: "<cwd>\\0" and
-# "<size> <mtime> <relative path>\\0" each.
+# The listing time (seconds since the epoch, with nanoseconds), the bash tool's cwd, then
+# one record per entry of the workspace (nothing is followed; `.git` is listed like the
+# rest), each field NUL-terminated:
+#   f <size> <mtime> <ctime> <mode, octal>  then <relative path>   a regular file
+#   l                                        then <path> <target>   a symbolic link
+#   d                                        then <path>            an empty directory
 LIST = f"""
+printf '%s\\0' "$(date +%s.%N)"
 printf '%s\\0' "$(cat {SHELL_STATE}/cwd 2>/dev/null || echo {WORKSPACE})"
-exec find {WORKSPACE} -xdev -type f -printf '%s %T@ %P\\0'
+exec find {WORKSPACE} -xdev -mindepth 1 \\( -type f -printf 'f %s %T@ %C@ %m\\0%P\\0' \\) \\
+  -o \\( -type l -printf 'l\\0%P\\0%l\\0' \\) -o \\( -type d -empty -printf 'd\\0%P\\0' \\)
 """
 
-# The files named on stdin (NUL-separated, relative) as a tar stream on stdout.
-EXPORT = f"exec tar -C {WORKSPACE} --null --no-recursion -T - -cf -"
+# The files named on stdin (NUL-separated, relative) as a tar stream on stdout; a file
+# with several names (a hard link) is stored whole under each, as the listing has it.
+EXPORT = f"exec tar -C {WORKSPACE} --null --no-recursion --hard-dereference -T - -cf -"
 
-# $1 the shell cwd to set. Empties the workspace, then unpacks the tar stream on stdin.
+# $1 the shell cwd to set. Empties the workspace, then unpacks the tar stream on stdin
+# (files with their modes, links as links, empty directories; GNU tar makes a link only
+# after every file is written, so no member is written through one).
 IMPORT = f"""
 find {WORKSPACE} -mindepth 1 -delete || exit {BROKEN}
 tar -C {WORKSPACE} --no-same-owner -xf - || exit {BROKEN}
