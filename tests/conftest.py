@@ -64,6 +64,13 @@ def _no_provider(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _own_state_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Host-folder snapshot marks live in $XDG_STATE_HOME (sandbox/local.py): each test's
+    # own, never the home folder of whoever runs the suite.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+@pytest.fixture(autouse=True)
 def _outside_any_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # `run` seeds a new session from the git repository holding the current folder: run
     # from this checkout, every test's CLI would clone the whole project into its
