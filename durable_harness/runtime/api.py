@@ -91,6 +91,7 @@ def enqueue_turn(
     base_url: str | None = None,
     agent_config: Mapping[str, Any] | None = None,
     settings: Settings | None = None,
+    push_remote: str | None = None,
 ) -> Turn:
     """Queue a turn for a worker, as ``durable-harness run --detach`` does; return it
     (status ``queued``).
@@ -98,11 +99,13 @@ def enqueue_turn(
     ``tools`` are ``path/to/file.py:NAME`` specs (NAME a list of :func:`tool` objects):
     a spec, not the objects, because any worker on any machine must load the same tools
     when it resumes the turn. With ``session_id`` the turn continues that session (it
-    runs after the session's earlier turns). The configuration is checked here: a bad
+    runs after the session's earlier turns). ``push_remote`` (a git URL or path, no
+    credentials in it) offers the agent the ``git_push`` tool, which pushes there from
+    the host with the worker's git credentials. The configuration is checked here: a bad
     agent, workspace or tools file raises :class:`ConfigError` now, not in a worker.
     """
     settings = settings or Settings.load()
-    config = _config(agent, workspace, tools, model, base_url, agent_config, settings)
+    config = _config(agent, workspace, tools, model, base_url, agent_config, settings, push_remote)
     return start_turn(world, settings, prompt, config, session_id, queue_behind=True)
 
 
@@ -118,6 +121,7 @@ def run_turn(
     base_url: str | None = None,
     agent_config: Mapping[str, Any] | None = None,
     settings: Settings | None = None,
+    push_remote: str | None = None,
     quiet: bool = True,
 ) -> Turn:
     """Start a turn and drive it here to its end, as ``durable-harness run`` does; return
@@ -130,7 +134,7 @@ def run_turn(
     worker finishes it.
     """
     settings = settings or Settings.load()
-    config = _config(agent, workspace, tools, model, base_url, agent_config, settings)
+    config = _config(agent, workspace, tools, model, base_url, agent_config, settings, push_remote)
     turn = start_turn(world, settings, prompt, config, session_id)
     worker = make_worker(world, settings, quiet=quiet)
     lease = world.claim_turn(turn.turn_id, worker.owner, settings.lease_seconds)
@@ -180,6 +184,7 @@ def _config(
     base_url: str | None,
     agent_config: Mapping[str, Any] | None,
     settings: Settings,
+    push_remote: str | None = None,
 ) -> dict[str, Any]:
     if isinstance(tools, str):
         raise ConfigError(f"tools={tools!r}: pass a list of 'path/to/file.py:NAME' specs")
@@ -190,6 +195,7 @@ def _config(
         model=model,
         base_url=base_url,
         settings=settings,
+        push_remote=push_remote,
     )
     if agent_config is not None:
         config["agent_config"] = dict(agent_config)

@@ -184,3 +184,15 @@ def test_what_this_process_was_given_it_may_run(tmp_path: Path) -> None:
     other = {**mine, "agent_config": {"replay": {"safe_bash": ["rm *"]}}}
     assert "'rm *'" in refused(other)
     assert not marker.exists()
+
+
+def test_push_remote_only_an_allowed_one_without_credentials() -> None:
+    remote = "https://git.example.invalid/team/app.git"
+    assert "DURABLE_HARNESS_ALLOWED_PUSH_REMOTES" in refused({"push_remote": remote})
+    allowed = Settings(allowed_push_remotes=(remote + "/",))
+    assert admit({"push_remote": remote}, allowed).config["push_remote"] == remote
+    # A stored remote that carries a token is refused even when its host is allowed: the
+    # turn's configuration is stored, shown and copied, so it may hold no secret.
+    tokened = "https://x-token:s3cret@git.example.invalid/team/app.git"
+    problem = refused({"push_remote": tokened}, allowed)
+    assert "carries credentials" in problem and "s3cret" not in problem
