@@ -86,6 +86,23 @@ name = "start"
 when.last_user_text = "{PROMPT}"
 reply.tool_use = [{{ name = "bash", input = {{ command = "{COMMIT}" }} }}]
 """
+SAY_DONE = "printf 'COMMIT-%s' DONE"  # the marker is in the result, not in the command
+#: Pi calls host tools by their own names; each rule keys on what the conversation holds.
+PI_SCRIPT = f"""
+[[rule]]
+name = "final"
+when.conversation = "pushed "
+reply.text = "PUSHED-OK"
+
+[[rule]]
+name = "push"
+when.conversation = "COMMIT-DONE"
+reply.tool_use = [{_push("feature")}]
+
+[[rule]]
+name = "commit"
+reply.tool_use = [{{ name = "bash", input = {{ command = "{COMMIT} && {SAY_DONE}" }} }}]
+"""
 PUSH_SEQ = 3  # model 0, bash 1, model 2, the first git_push 3
 
 
@@ -97,17 +114,17 @@ def _git(*args: str, cwd: Path | None = None) -> str:
 
 @pytest.fixture
 def h(docker_host: str, tmp_path: Path) -> Iterator[Harness]:
-    yield from _harness(tmp_path)
+    yield from _harness(tmp_path, SCRIPT)
 
 
 @pytest.fixture
 def plain(tmp_path: Path) -> Iterator[Harness]:
-    yield from _harness(tmp_path)
+    yield from _harness(tmp_path, SCRIPT)
 
 
-def _harness(tmp_path: Path) -> Iterator[Harness]:
+def _harness(tmp_path: Path, text: str) -> Iterator[Harness]:
     script = tmp_path / "script.toml"
-    script.write_text(SCRIPT)
+    script.write_text(text)
     hidden = tmp_path / SECRET
     remote = hidden / "app.git"
     _git("init", "-q", "--bare", "-b", "main", str(remote))
@@ -215,3 +232,17 @@ def test_bad_push_remote_is_one_line_and_nothing_recorded(plain: Harness) -> Non
     listed = h.cli("ls", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) in ([], {}), listed.stdout
     assert h.requests() == []
+
+
+def test_pi_pushes_through_its_own_host_tool_path(docker_host: str, tmp_path: Path) -> None:
+    """A CLI agent reaches git_push as one of its host tools (Pi's extension, the MCP
+    bridge): the bundle is made in its session's container all the same."""
+    for h in _harness(tmp_path, PI_SCRIPT):
+        out = h.cli("run", "--agent", "pi", "--push-remote", REMOTE_URL, PROMPT)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == "PUSHED-OK"
+        ids = ids_of(out)
+        sha = _git("rev-parse", "feature", cwd=h.tmp / SECRET / "app.git")
+        assert _pushes(h) == [f"refs/heads/feature {sha}"]
+        assert _push_results(h, ids["turn"]) == [f"pushed {sha} to feature"]
+        _assert_secret_stayed_out(h, ids["session"])
