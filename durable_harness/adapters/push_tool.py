@@ -46,6 +46,7 @@ _DESCRIPTION = (
 )
 
 _BUNDLE = """(
+command -v git >/dev/null || {{ echo "git is not installed in this sandbox" >&2; exit 3; }}
 top=$(git rev-parse --show-toplevel) || exit 3
 sha=$(git -C "$top" rev-parse --verify --quiet --end-of-options "$1^{{commit}}") || {{
   echo "no commit $1 in the repository at $top" >&2; exit 4; }}
@@ -88,14 +89,20 @@ def take_bundle(box: Sandbox, commit: str, max_bytes: int) -> tuple[bytes, str]:
     """The bundle of ``commit`` (and its history) made in ``box`` as the agent, and the ref
     it is under: see the module docstring. RepositoryError with what to do when it cannot
     be made."""
+    if box.journaled:  # the in-memory workspace: no git binary, no .git to bundle
+        raise RepositoryError(
+            "git_push needs git in the workspace, and the virtual workspace has none: run "
+            "the turn with --workspace docker (or a host folder)"
+        )
     if not commit or commit.startswith("-"):
         raise RepositoryError(f"commit {commit!r} is not a revision: give a SHA, HEAD or a branch")
     ref = f"{BUNDLE_REF}{secrets.token_hex(6)}"
     made = box.bash(f"bash -c {shlex.quote(_BUNDLE.format(ref=ref))} dh {shlex.quote(commit)}")
     if made.exit_code != 0:
-        reason = (made.stderr.strip().splitlines() or [f"exit code {made.exit_code}"])[-1]
-        if "command not found" in made.stderr or made.exit_code == 127:
-            reason = "this workspace has no git (use --workspace docker or a host folder)"
+        # Some backends merge the streams: git's own "fatal:" line says most.
+        said = [ln for ln in (made.stderr + "\n" + made.stdout).splitlines() if ln.strip()]
+        fatal = [ln for ln in said if ln.startswith(("fatal:", "error:"))]
+        reason = (fatal or said or [f"exit code {made.exit_code}"])[0]
         raise RepositoryError(f"git_push: could not bundle {commit!r}: {reason}")
     try:
         _sha, size_text, path = made.stdout.strip().splitlines()[-1].split(" ", 2)

@@ -67,6 +67,14 @@ def policy_flags(p: argparse.ArgumentParser) -> None:
         help="a folder host-folder workspaces must be in (repeatable); "
         "env DURABLE_HARNESS_WORKSPACE_ROOTS",
     )
+    g.add_argument(
+        "--allowed-push-remote",
+        action="append",
+        dest="allowed_push_remotes",
+        metavar="URL",
+        help="a git remote the git_push tool may push to with this worker's credentials "
+        "(repeatable); env DURABLE_HARNESS_ALLOWED_PUSH_REMOTES",
+    )
 
 
 def settings_of(args: argparse.Namespace, **extra: Any) -> Settings:
@@ -78,6 +86,7 @@ def settings_of(args: argparse.Namespace, **extra: Any) -> Settings:
         tool_sets=getattr(args, "tool_sets", None),
         allowed_base_urls=getattr(args, "allowed_base_urls", None),
         workspace_roots=getattr(args, "workspace_roots", None),
+        allowed_push_remotes=getattr(args, "allowed_push_remotes", None),
         **extra,
     )
 
