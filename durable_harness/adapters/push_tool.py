@@ -97,7 +97,9 @@ def take_bundle(box: Sandbox, commit: str, max_bytes: int) -> tuple[bytes, str]:
     if not commit or commit.startswith("-"):
         raise RepositoryError(f"commit {commit!r} is not a revision: give a SHA, HEAD or a branch")
     ref = f"{BUNDLE_REF}{secrets.token_hex(6)}"
-    made = box.bash(f"bash -c {shlex.quote(_BUNDLE.format(ref=ref))} dh {shlex.quote(commit)}")
+    script = _BUNDLE.format(ref=ref)
+    # A large history takes a while to pack: more than a model's usual command timeout.
+    made = box.bash(f"bash -c {shlex.quote(script)} dh {shlex.quote(commit)}", timeout=300)
     if made.exit_code != 0:
         # Some backends merge the streams: git's own "fatal:" line says most.
         said = [ln for ln in (made.stderr + "\n" + made.stdout).splitlines() if ln.strip()]
