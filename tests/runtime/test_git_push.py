@@ -4,7 +4,9 @@ The remote is a bare repository on the host, reached through the worker's own gi
 (an ``insteadOf`` rule whose target holds the "secret"); its ``pre-receive`` hook logs every
 ref update it is offered and refuses the branch ``protected``. The built-in agent runs in
 the session's Docker container against the scripted fake model, which commits with bash
-and then pushes: the same SHA twice, a non-fast-forward, the protected branch.
+and then pushes: the same SHA twice, a non-fast-forward, the protected branch. Pi pushes
+to the same kind of remote served over HTTP (``git_http.py``), which answers only with the
+token the worker's credential helper prints.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from git_http import GitHttpServer
 from support import Harness, ids_of, make_harness
 
 from durable_harness.core.types import StepStatus
@@ -126,7 +129,20 @@ def _harness(tmp_path: Path, text: str) -> Iterator[Harness]:
     script = tmp_path / "script.toml"
     script.write_text(text)
     hidden = tmp_path / SECRET
-    remote = hidden / "app.git"
+    _make_remote(hidden / "app.git", tmp_path)
+    config = tmp_path / "xdg" / "git" / "config"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[url "{hidden}/"]\n\tinsteadOf = {PUBLIC}\n')
+    for harness in make_harness(tmp_path, script):
+        # The worker's git config: where the operator's credentials live.
+        harness.env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+        harness.env["DURABLE_HARNESS_ALLOWED_PUSH_REMOTES"] = REMOTE_URL
+        yield harness
+
+
+def _make_remote(remote: Path, tmp_path: Path) -> None:
+    """A bare remote whose hook logs each offered ref update and refuses ``protected``,
+    and whose main has history the sandbox never saw."""
     _git("init", "-q", "--bare", "-b", "main", str(remote))
     hook = remote / "hooks" / "pre-receive"
     hook.write_text(PRE_RECEIVE.format(log=tmp_path / "pushes.log"))
@@ -138,14 +154,6 @@ def _harness(tmp_path: Path, text: str) -> Iterator[Harness]:
          "-m", "base", cwd=seed)  # fmt: skip
     _git("push", "-q", str(remote), "main", cwd=seed)
     (tmp_path / "pushes.log").unlink()  # the seed's own push is not the agent's
-    config = tmp_path / "xdg" / "git" / "config"
-    config.parent.mkdir(parents=True)
-    config.write_text(f'[url "{hidden}/"]\n\tinsteadOf = {PUBLIC}\n')
-    for harness in make_harness(tmp_path, script):
-        # The worker's git config: where the operator's credentials live.
-        harness.env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
-        harness.env["DURABLE_HARNESS_ALLOWED_PUSH_REMOTES"] = REMOTE_URL
-        yield harness
 
 
 def _pushes(h: Harness) -> list[str]:
@@ -163,21 +171,21 @@ def _push_results(h: Harness, turn_id: str) -> list[str]:
         ]
 
 
-def _assert_secret_stayed_out(h: Harness, session: str) -> None:
+def _assert_secret_stayed_out(h: Harness, session: str, secret: str = SECRET) -> None:
     with DockerSandbox(session) as box:
         try:
             inside = box.bash(
-                f"grep -rIl --exclude-dir=proc --exclude-dir=sys {SECRET} / 2>/dev/null; "
+                f"grep -rIl --exclude-dir=proc --exclude-dir=sys {secret} / 2>/dev/null; "
                 "env; cat /proc/1/environ | tr '\\0' '\\n'"
             )
-            assert inside.stdout and SECRET not in inside.stdout
-            assert SECRET not in str(box.client.api.inspect_container(box.container_id()))
+            assert inside.stdout and secret not in inside.stdout
+            assert secret not in str(box.client.api.inspect_container(box.container_id()))
         finally:
             box.remove()
     world = h.tmp / "world"
     for path in world.rglob("*"):
         if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
+            assert secret.encode() not in path.read_bytes(), path
 
 
 def test_push_twice_then_refused_twice(h: Harness) -> None:
@@ -236,13 +244,27 @@ def test_bad_push_remote_is_one_line_and_nothing_recorded(plain: Harness) -> Non
 
 def test_pi_pushes_through_its_own_host_tool_path(docker_host: str, tmp_path: Path) -> None:
     """A CLI agent reaches git_push as one of its host tools (Pi's extension, the MCP
-    bridge): the bundle is made in its session's container all the same."""
-    for h in _harness(tmp_path, PI_SCRIPT):
-        out = h.cli("run", "--agent", "pi", "--push-remote", REMOTE_URL, PROMPT)
-        assert out.returncode == 0, out.stderr
-        assert out.stdout.strip().splitlines()[-1] == "PUSHED-OK"
-        ids = ids_of(out)
-        sha = _git("rev-parse", "feature", cwd=h.tmp / SECRET / "app.git")
-        assert _pushes(h) == [f"refs/heads/feature {sha}"]
-        assert _push_results(h, ids["turn"]) == [f"pushed {sha} to feature"]
-        _assert_secret_stayed_out(h, ids["session"])
+    bridge), the bundle made in its session's container all the same; the remote is on
+    HTTP and answers only with the token the worker's credential helper prints."""
+    token = "tok-9c2e-from-the-helper"
+    _make_remote(tmp_path / "served" / "app.git", tmp_path)
+    config = tmp_path / "xdg" / "git" / "config"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        f'[credential]\n\thelper = "!f() {{ echo username=ci; echo password={token}; }}; f"\n'
+    )
+    script = tmp_path / "script.toml"
+    script.write_text(PI_SCRIPT)
+    with GitHttpServer(tmp_path / "served", "ci", token) as server:
+        remote = f"{server.url}/app.git"
+        for h in make_harness(tmp_path, script):
+            h.env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+            out = h.cli("run", "--agent", "pi", "--push-remote", remote, PROMPT)
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.strip().splitlines()[-1] == "PUSHED-OK"
+            ids = ids_of(out)
+            sha = _git("rev-parse", "feature", cwd=tmp_path / "served" / "app.git")
+            assert _pushes(h) == [f"refs/heads/feature {sha}"]
+            assert _push_results(h, ids["turn"]) == [f"pushed {sha} to feature"]
+            assert server.asked_without > 0  # the token came from the helper, on request
+            _assert_secret_stayed_out(h, ids["session"], token)
