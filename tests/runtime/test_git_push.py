@@ -174,11 +174,18 @@ def _push_results(h: Harness, turn_id: str) -> list[str]:
 def _assert_secret_stayed_out(h: Harness, session: str, secret: str = SECRET) -> None:
     with DockerSandbox(session) as box:
         try:
-            inside = box.bash(
-                f"grep -rIl --exclude-dir=proc --exclude-dir=sys {secret} / 2>/dev/null; "
-                "env; cat /proc/1/environ | tr '\\0' '\\n'"
+            # Everywhere a running container's files can change (the image is fixed); a
+            # planted copy in /tmp shows the search finds what is there.
+            where = "/workspace /home /tmp /run /etc /var /dev/shm"
+            # (The secret is put together in the shell: the command's own file holds it split.)
+            half = len(secret) // 2
+            found = box.bash(
+                f's={secret[:half]}; s=${{s}}{secret[half:]}; printf %s "$s" > /tmp/planted; '
+                f'grep -rl -- "$s" {where} 2>/dev/null; rm -f /tmp/planted'
             )
-            assert inside.stdout and secret not in inside.stdout
+            assert found.stdout.split() == ["/tmp/planted"], found
+            environ = box.bash("env; cat /proc/1/environ | tr '\\0' '\\n'")
+            assert "PATH=" in environ.stdout and secret not in environ.stdout
             assert secret not in str(box.client.api.inspect_container(box.container_id()))
         finally:
             box.remove()
