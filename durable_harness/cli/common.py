@@ -75,6 +75,14 @@ def policy_flags(p: argparse.ArgumentParser) -> None:
         help="a toolchain image turns may name with --image (repeatable, exact name); "
         "env DURABLE_HARNESS_ALLOWED_IMAGES",
     )
+    g.add_argument(
+        "--allowed-push-remote",
+        action="append",
+        dest="allowed_push_remotes",
+        metavar="URL",
+        help="a git remote the git_push tool may push to with this worker's credentials "
+        "(repeatable); env DURABLE_HARNESS_ALLOWED_PUSH_REMOTES",
+    )
 
 
 def settings_of(args: argparse.Namespace, **extra: Any) -> Settings:
@@ -87,6 +95,7 @@ def settings_of(args: argparse.Namespace, **extra: Any) -> Settings:
         allowed_base_urls=getattr(args, "allowed_base_urls", None),
         workspace_roots=getattr(args, "workspace_roots", None),
         allowed_images=getattr(args, "allowed_images", None),
+        allowed_push_remotes=getattr(args, "allowed_push_remotes", None),
         **extra,
     )
 

@@ -56,6 +56,14 @@ def register(sub: Subparsers) -> Commands:
         help="model endpoint (default: env ANTHROPIC_BASE_URL); a worker elsewhere runs the "
         "turn only if it is its own or in its DURABLE_HARNESS_ALLOWED_BASE_URLS",
     )
+    run.add_argument(
+        "--push-remote",
+        metavar="URL|PATH",
+        help="offer the agent the git_push tool, which pushes its commits there from this "
+        "host with your git credentials (never copied into the sandbox); the URL must not "
+        "hold them (use a credential helper or url.<base>.insteadOf); a worker elsewhere "
+        "pushes only to its DURABLE_HARNESS_ALLOWED_PUSH_REMOTES",
+    )
     run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
     run.add_argument("--max-bytes", type=int, help="virtual workspace byte cap (default 10 MiB)")
     run.add_argument(
@@ -173,6 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model=args.model,
         base_url=args.base_url,
         settings=settings,
+        push_remote=args.push_remote,
     )
     if args.image:
         config["image"] = args.image

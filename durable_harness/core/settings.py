@@ -101,6 +101,11 @@ class Settings(EnvSettings):
     safe_tools: ListSetting = ()
     #: Shell patterns a turn's agent config may list in ``[replay] safe_bash``.
     safe_bash: ListSetting = ()
+    #: Git remotes a turn's ``push_remote`` may name (the ``git_push`` tool pushes there
+    #: with the worker's credentials), besides the ones typed at ``run`` in this process.
+    allowed_push_remotes: ListSetting = ()
+    #: The largest bundle of commits ``git_push`` takes out of a sandbox.
+    push_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     _world_flags: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @classmethod

@@ -45,6 +45,9 @@ class TurnConfig(BaseModel):
     #: Authenticates webhook signals for this turn; CLI launch tokens derive from it.
     signal_secret: str | None = None
     base_url: str | None = None
+    #: Where the ``git_push`` tool pushes (a URL or path without credentials); none: the
+    #: tool is not offered.
+    push_remote: str | None = None
     #: The ``--agent-config`` TOML as a table; the agent's adapter validates it.
     agent_config: Any = None  # validated by the adapter, with its own error messages
     #: The repository's toolchain image (Docker workspace): the container runs the session

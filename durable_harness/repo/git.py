@@ -50,8 +50,12 @@ def run_git(
     timeout: float = 300.0,
     stdin: bytes | None = None,
     env: Mapping[str, str] | None = None,
+    error_lines: int = 1,
 ) -> bytes:
     """Run ``git ARGS`` (see the module docstring) and return its stdout.
+
+    A failure's message keeps git's last ``error_lines`` lines of stderr (a push's reason
+    is a few lines above its last one).
 
     ``cwd`` should be a repository the harness made, or (``user_config``) the user's.
     Repository discovery never climbs above ``cwd``'s parent, so a folder that is not a
@@ -94,7 +98,11 @@ def run_git(
         ) from None
     if done.returncode != 0:
         lines = [ln for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
-        last = lines[-1].strip() if lines else f"exit code {done.returncode}"
+        last = (
+            "\n".join(ln.strip() for ln in lines[-error_lines:])
+            if lines
+            else f"exit code {done.returncode}"
+        )
         raise RepositoryError(f"git {args[0]}: {last}")
     return done.stdout
 

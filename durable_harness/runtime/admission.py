@@ -16,6 +16,9 @@ before anything of the turn is imported or run:
 ``image``           one of ``DURABLE_HARNESS_ALLOWED_IMAGES`` (its programs run in
                     the sandbox; the session image is derived from it)
 ``max_*``           at most the worker's own setting (the ceiling): lower, never raise
+``push_remote``     the ``git_push`` tool pushes there with the worker's credentials: a
+                    remote of ``DURABLE_HARNESS_ALLOWED_PUSH_REMOTES``, with no
+                    credentials in its URL
 ``agent_config``    labels a tool ``safe`` only if that is its label anyway or it is in
                     ``DURABLE_HARNESS_SAFE_TOOLS``; ``safe_bash`` patterns only those
                     of ``DURABLE_HARNESS_SAFE_BASH``; ``never`` labels and the
@@ -75,6 +78,7 @@ CHECKED_FIELDS = {
     "base_url": "the worker's own endpoints or the allowed base URLs",
     "agent_config": "no safe label or safe_bash pattern the operator did not allow",
     "image": "one of the allowed images",
+    "push_remote": "one of the allowed push remotes, with no credentials in it",
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DEFAULT_LIST = "TOOLS"
@@ -161,6 +165,7 @@ class _Grants:
     workspaces: set[str] = field(default_factory=set)
     agent_configs: set[str] = field(default_factory=set)
     images: set[str] = field(default_factory=set)
+    push_remotes: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -186,6 +191,8 @@ def grant(config: Mapping[str, Any]) -> None:
             _GRANTS.agent_configs.add(canonical_json(turn.agent_config))
         if turn.image is not None:
             _GRANTS.images.add(turn.image)
+        if turn.push_remote:
+            _GRANTS.push_remotes.add(_remote_key(turn.push_remote))
 
 
 @dataclass(frozen=True)
@@ -201,6 +208,7 @@ class Policy:
     agent_configs: frozenset[str]
     images: frozenset[str]
     ceilings: Mapping[str, int]
+    push_remotes: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, settings: Settings) -> Policy:
@@ -221,6 +229,9 @@ class Policy:
                 agent_configs=frozenset(_GRANTS.agent_configs),
                 images=frozenset(set(settings.allowed_images) | _GRANTS.images),
                 ceilings={name: int(getattr(settings, name)) for name in LIMITS},
+                push_remotes=frozenset(
+                    {_remote_key(r) for r in settings.allowed_push_remotes} | _GRANTS.push_remotes
+                ),
             )
 
 
@@ -267,6 +278,8 @@ def admit(config: Mapping[str, Any] | TurnConfig, settings: Settings) -> Admitte
             f"image {turn.image!r} is not an image this worker allows "
             "(DURABLE_HARNESS_ALLOWED_IMAGES)"
         )
+    if turn.push_remote is not None:
+        problems += _push_remote(turn.push_remote, policy)
     if problems:
         raise TurnRefused("refused by this worker's policy: " + "; ".join(problems))
     return Admitted(effective, int(effective["max_model_calls"]))
@@ -310,6 +323,26 @@ def _workspace(spec: str, policy: Policy, problems: list[str]) -> str | None:
         "(DURABLE_HARNESS_WORKSPACE_ROOTS)"
     )
     return None
+
+
+def _remote_key(url: str) -> str:
+    """A remote as compared: without a trailing slash (the same repository either way)."""
+    return url.strip().rstrip("/")
+
+
+def _push_remote(url: str, policy: Policy) -> list[str]:
+    from durable_harness.repo.push import check_remote
+
+    try:
+        check_remote(url)  # no credentials stored with a turn, whoever wrote it
+    except ConfigError as exc:
+        return [str(exc)]
+    if _remote_key(url) in policy.push_remotes:
+        return []
+    return [
+        f"push_remote {url!r} is not a remote this worker may push to "
+        "(DURABLE_HARNESS_ALLOWED_PUSH_REMOTES)"
+    ]
 
 
 def _agent_config(turn: TurnConfig, policy: Policy) -> list[str]:

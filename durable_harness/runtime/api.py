@@ -93,6 +93,7 @@ def enqueue_turn(
     agent_config: Mapping[str, Any] | None = None,
     image: str | None = None,
     settings: Settings | None = None,
+    push_remote: str | None = None,
     repo: str | None = None,
     ref: str | None = None,
     include_uncommitted: bool = False,
@@ -104,7 +105,9 @@ def enqueue_turn(
     a spec, not the objects, because any worker on any machine must load the same tools
     when it resumes the turn. With ``session_id`` the turn continues that session (it
     runs after the session's earlier turns). ``image`` names the repository's toolchain
-    image for the Docker workspace (``run --image``). The configuration is checked here: a bad
+    image for the Docker workspace (``run --image``). ``push_remote`` (a git URL or path,
+    no credentials in it) offers the agent the ``git_push`` tool, which pushes there from
+    the host with the worker's git credentials. The configuration is checked here: a bad
     agent, workspace or tools file raises :class:`ConfigError` now, not in a worker.
 
     ``repo`` (a folder or URL; ``ref``, ``include_uncommitted`` as ``run --repo`` takes
@@ -112,7 +115,7 @@ def enqueue_turn(
     (no implicit default here: the current folder is not assumed to be the project).
     """
     settings = settings or Settings.load()
-    config = _config(agent, workspace, tools, model, base_url, agent_config, settings)
+    config = _config(agent, workspace, tools, model, base_url, agent_config, settings, push_remote)
     if image is not None:
         config["image"] = image  # the repository's toolchain image (docs/docker.md)
         grant(config)
@@ -133,6 +136,7 @@ def run_turn(
     agent_config: Mapping[str, Any] | None = None,
     image: str | None = None,
     settings: Settings | None = None,
+    push_remote: str | None = None,
     quiet: bool = True,
     repo: str | None = None,
     ref: str | None = None,
@@ -148,7 +152,7 @@ def run_turn(
     worker finishes it.
     """
     settings = settings or Settings.load()
-    config = _config(agent, workspace, tools, model, base_url, agent_config, settings)
+    config = _config(agent, workspace, tools, model, base_url, agent_config, settings, push_remote)
     if image is not None:
         config["image"] = image  # the repository's toolchain image (docs/docker.md)
         grant(config)
@@ -212,6 +216,7 @@ def _config(
     base_url: str | None,
     agent_config: Mapping[str, Any] | None,
     settings: Settings,
+    push_remote: str | None = None,
 ) -> dict[str, Any]:
     if isinstance(tools, str):
         raise ConfigError(f"tools={tools!r}: pass a list of 'path/to/file.py:NAME' specs")
@@ -222,6 +227,7 @@ def _config(
         model=model,
         base_url=base_url,
         settings=settings,
+        push_remote=push_remote,
     )
     if agent_config is not None:
         config["agent_config"] = dict(agent_config)

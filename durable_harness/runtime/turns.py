@@ -36,6 +36,7 @@ def turn_config(
     model: str | None,
     base_url: str | None,
     settings: Settings,
+    push_remote: str | None = None,
 ) -> dict[str, Any]:
     """What a worker anywhere needs to run the turn (never a secret): a
     :class:`~.core.turn_config.TurnConfig`, as the JSON object stored with the turn.
@@ -45,7 +46,12 @@ def turn_config(
         workspace = get_adapter(agent).default_workspace
     if workspace not in (VIRTUAL, DOCKER):
         workspace = str(Path(workspace).resolve())
-    optional = {"base_url": base_url} if base_url else {}
+    optional: dict[str, Any] = {"base_url": base_url} if base_url else {}
+    if push_remote is not None:
+        from durable_harness.repo.push import reachable_remote
+
+        # Checked before anything is recorded: a remote that cannot be read is bad input.
+        optional["push_remote"] = reachable_remote(push_remote)
     return TurnConfig(
         agent=agent,
         workspace=workspace,

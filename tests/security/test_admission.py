@@ -201,3 +201,15 @@ def test_image_only_an_allowed_one_or_granted() -> None:
     )
     grant({"workspace": "docker", "image": "dh-test/granted:1"})
     admit({"workspace": "docker", "image": "dh-test/granted:1"}, Settings())
+
+
+def test_push_remote_only_an_allowed_one_without_credentials() -> None:
+    remote = "https://git.example.invalid/team/app.git"
+    assert "DURABLE_HARNESS_ALLOWED_PUSH_REMOTES" in refused({"push_remote": remote})
+    allowed = Settings(allowed_push_remotes=(remote + "/",))
+    assert admit({"push_remote": remote}, allowed).config["push_remote"] == remote
+    # A stored remote that carries a token is refused even when its host is allowed: the
+    # turn's configuration is stored, shown and copied, so it may hold no secret.
+    tokened = "https://x-token:s3cret@git.example.invalid/team/app.git"
+    problem = refused({"push_remote": tokened}, allowed)
+    assert "carries credentials" in problem and "s3cret" not in problem

@@ -12,12 +12,14 @@ constant, the tool list is ordered, the workspace state comes from the journal.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from durable_harness.adapters.base import Adapter, TurnRun
+from durable_harness.adapters.push_tool import GIT_PUSH, push_tools
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import SandboxError, SandboxUnavailable, TurnFailed, TurnSuspended
 from durable_harness.core.keys import ordinal_model_key, ordinal_tool_key
@@ -203,7 +205,7 @@ class BuiltinAdapter(Adapter):
     def check(self, config: dict[str, Any], settings: Settings) -> None:
         turn = TurnConfig.of(config)
         resolve_endpoint(turn.base_url)
-        load_user_tools(turn.tools, [*WORKSPACE_TOOL_NAMES, *WAIT_TOOL_NAMES])
+        load_user_tools(turn.tools, [*WORKSPACE_TOOL_NAMES, *WAIT_TOOL_NAMES, GIT_PUSH])
         open_turn_sandbox(config, settings).close()
 
     def run_turn(self, run: TurnRun) -> str:
@@ -226,6 +228,7 @@ class _Loop:
         self.snapshots = SnapshotStore(run.world)
         turn, settings = TurnConfig.of(run.config), run.settings
         tools = workspace_tools(sandbox) + wait_tools(run.world, run.journal)
+        tools += push_tools(turn, lambda: nullcontext(sandbox), settings.push_max_bytes)
         tools += load_user_tools(turn.tools, [t.name for t in tools])
         self.tools = {t.name: t for t in tools}
         self.model = turn.model or settings.model

@@ -28,6 +28,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,7 +56,9 @@ from durable_harness.adapters.cli.where import Workspaces, check_where, open_cli
 from durable_harness.adapters.proxy.policy import policy_of
 from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
+from durable_harness.adapters.push_tool import GIT_PUSH, push_tools
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, TurnConfig
 from durable_harness.core.types import StepStatus
@@ -123,7 +126,7 @@ class CliAdapter(Adapter):
     def check(self, config: dict[str, Any], settings: Settings) -> None:
         spec, turn = self.spec, TurnConfig.of(config)
         docker = check_where(turn, spec.name, docker_only=spec.docker_only)
-        load_user_tools(turn.tools, [*sorted(spec.reserved_tools), *WAIT_TOOL_NAMES])
+        load_user_tools(turn.tools, [*sorted(spec.reserved_tools), *WAIT_TOOL_NAMES, GIT_PUSH])
         spec.parse_config(turn.agent_config)
         spec.upstream(turn.base_url)
         if docker:
@@ -167,9 +170,20 @@ class CliLauncher:
         # The turn's model-made tool uses: hooks and host tools accept no other id.
         self.ledger = ToolLedger(run.journal)
         self.tools: list[Tool] = [
-            *load_user_tools(self.turn_config.tools, WAIT_TOOL_NAMES),
+            *load_user_tools(self.turn_config.tools, [*WAIT_TOOL_NAMES, GIT_PUSH]),
             *self.gate.tools,
+            *push_tools(self.turn_config, self._push_sandbox, run.settings.push_max_bytes),
         ]
+
+    def _push_sandbox(self) -> AbstractContextManager[Sandbox]:
+        """The sandbox git_push bundles in: the session's container, or the host folder
+        opened as a sandbox for the push (its bash runs as the agent user, like the CLI)."""
+        sandbox = getattr(self.host, "sandbox", None)
+        if isinstance(sandbox, Sandbox):
+            return nullcontext(sandbox)
+        from durable_harness.sandbox import open_sandbox
+
+        return open_sandbox(self.turn_config.workspace)
 
     def plan(self, number: int) -> LaunchPlan:
         """How launch ``number`` starts: mode, message and the session record to restore.
