@@ -29,12 +29,16 @@ from pydantic import BaseModel, Field
 from durable_harness.core.errors import RepositoryError
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.turn_config import TurnConfig
-from durable_harness.harness.tools import Tool
+from durable_harness.core.world import Queue
+from durable_harness.harness.ci_watch import watch_ref
+from durable_harness.harness.tools import Tool, ToolContext
 from durable_harness.repo.push import BUNDLE_REF, push_bundle
 
 __all__ = ["GIT_PUSH", "GitPushArgs", "git_push_tool", "push_tools"]
 
 GIT_PUSH = "git_push"
+#: The signal a pushed commit's CI result comes as (``wait_for_signal("ci")``).
+CI_SIGNAL = "ci"
 #: Raw bytes per read: their base64 stays under the Docker sandbox's 1 MiB output cap.
 CHUNK = 512 * 1024
 _DESCRIPTION = (
@@ -68,19 +72,41 @@ class GitPushArgs(BaseModel):
 SandboxOpener = Callable[[], AbstractContextManager[Sandbox]]
 
 
-def push_tools(turn: TurnConfig, sandbox: SandboxOpener, max_bytes: int) -> list[Tool]:
+def push_tools(
+    turn: TurnConfig, sandbox: SandboxOpener, max_bytes: int, world: Queue
+) -> list[Tool]:
     """``[git_push]`` when the turn has a push remote, else nothing. ``sandbox`` gives the
-    turn's sandbox when the tool runs (so a turn that never pushes opens nothing)."""
+    turn's sandbox when the tool runs (so a turn that never pushes opens nothing); with a
+    ``ci_repo``, each pushed commit is watched in ``world`` (see :func:`git_push_tool`)."""
     if not turn.push_remote:
         return []
-    return [git_push_tool(turn.push_remote, sandbox, max_bytes)]
+    return [git_push_tool(turn.push_remote, sandbox, max_bytes, world, turn.ci_repo)]
 
 
-def git_push_tool(remote: str, sandbox: SandboxOpener, max_bytes: int) -> Tool:
-    def git_push(args: GitPushArgs) -> str:
+def git_push_tool(
+    remote: str,
+    sandbox: SandboxOpener,
+    max_bytes: int,
+    world: Queue | None = None,
+    ci_repo: str | None = None,
+) -> Tool:
+    """The tool. With ``ci_repo``, the commit is watched (``harness/ci_watch.py``) for the
+    turn's signal ``ci`` before it is pushed: a CI that reports before the push even
+    returns still finds the turn, and a result for an earlier push no longer counts."""
+
+    def git_push(args: GitPushArgs, ctx: ToolContext) -> str:
         with sandbox() as box:
             bundle, ref = take_bundle(box, args.commit, max_bytes)
-        return push_bundle(bundle, ref, remote, args.branch).message()
+
+        def watch(sha: str) -> None:
+            if world is not None and ci_repo is not None:
+                watch_ref(world, ctx.turn_id, ci_repo, sha, None, CI_SIGNAL)
+
+        result = push_bundle(bundle, ref, remote, args.branch, before_push=watch)
+        message = result.message()
+        if ci_repo is not None:
+            message += f"; its CI result ({ci_repo}) comes as signal {CI_SIGNAL!r}"
+        return message
 
     return Tool(GIT_PUSH, _DESCRIPTION, GitPushArgs, "never", git_push)
 

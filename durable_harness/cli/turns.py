@@ -64,6 +64,12 @@ def register(sub: Subparsers) -> Commands:
         "hold them (use a credential helper or url.<base>.insteadOf); a worker elsewhere "
         "pushes only to its DURABLE_HARNESS_ALLOWED_PUSH_REMOTES",
     )
+    run.add_argument(
+        "--ci-repo",
+        metavar="github:OWNER/NAME|gitlab:GROUP/PROJECT",
+        help="the repository whose CI reports by webhook (docs/webhooks.md): each commit "
+        "git_push pushes is watched, and its CI result is the next wait_for_signal('ci')",
+    )
     run.add_argument("--max-files", type=int, help="virtual workspace file cap (default 500)")
     run.add_argument("--max-bytes", type=int, help="virtual workspace byte cap (default 10 MiB)")
     run.add_argument(
@@ -182,6 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         settings=settings,
         push_remote=args.push_remote,
+        ci_repo=args.ci_repo,
     )
     if args.image:
         config["image"] = args.image

@@ -101,7 +101,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from durable_harness.runtime.webhooks import watch_ref
+    from durable_harness.harness.ci_watch import watch_ref
 
     with open_configured(settings_of(args)) as world:
         scope, ref = watch_ref(world, args.turn, args.repo, args.sha, args.branch, args.name)

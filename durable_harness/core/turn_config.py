@@ -48,6 +48,9 @@ class TurnConfig(BaseModel):
     #: Where the ``git_push`` tool pushes (a URL or path without credentials); none: the
     #: tool is not offered.
     push_remote: str | None = None
+    #: The CI repository (``github:OWNER/NAME``, ``gitlab:GROUP/PROJECT``) whose results
+    #: for each commit ``git_push`` pushes come to the turn as signal ``ci``.
+    ci_repo: str | None = None
     #: The ``--agent-config`` TOML as a table; the agent's adapter validates it.
     agent_config: Any = None  # validated by the adapter, with its own error messages
     #: The repository's toolchain image (Docker workspace): the container runs the session

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,13 +152,19 @@ def remote_sha(remote: str, branch: str, timeout: float) -> str | None:
 
 
 def push_bundle(
-    bundle: bytes, ref: str, remote: str, branch: str, timeout: float = 300.0
+    bundle: bytes,
+    ref: str,
+    remote: str,
+    branch: str,
+    timeout: float = 300.0,
+    before_push: Callable[[str], None] | None = None,
 ) -> PushResult:
     """Push the commit that ``bundle``'s ``ref`` (under :data:`BUNDLE_REF`) names to
     ``refs/heads/BRANCH``
     of ``remote`` (see the module docstring). RepositoryError for a bad bundle, a remote
     that cannot be reached, or a rejected push (its reason from git, credentials
-    redacted)."""
+    redacted). ``before_push(sha)`` is called once the commit is known and before the
+    remote is asked or changed (also when it turns out to be pushed already)."""
     check_branch(branch)
     remote = check_remote(remote)
     if not ref.startswith(BUNDLE_REF) or not ref[len(BUNDLE_REF) :].isalnum():
@@ -180,6 +187,8 @@ def push_bundle(
         sha_text = sha.decode().strip()
         if not _SHA.fullmatch(sha_text):
             raise RepositoryError(f"the sandbox's bundle names no commit ({sha_text[:80]!r})")
+        if before_push is not None:
+            before_push(sha_text)
         if remote_sha(remote, branch, timeout) == sha_text:
             return PushResult(sha_text, branch, already=True)
         try:

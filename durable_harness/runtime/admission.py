@@ -19,6 +19,8 @@ before anything of the turn is imported or run:
 ``push_remote``     the ``git_push`` tool pushes there with the worker's credentials: a
                     remote of ``DURABLE_HARNESS_ALLOWED_PUSH_REMOTES``, with no
                     credentials in its URL
+``ci_repo``         the turn's choice: which repository's CI results ``git_push``
+                    routes to this turn (it receives them, it causes nothing)
 ``agent_config``    labels a tool ``safe`` only if that is its label anyway or it is in
                     ``DURABLE_HARNESS_SAFE_TOOLS``; ``safe_bash`` patterns only those
                     of ``DURABLE_HARNESS_SAFE_BASH``; ``never`` labels and the
@@ -79,6 +81,7 @@ CHECKED_FIELDS = {
     "agent_config": "no safe label or safe_bash pattern the operator did not allow",
     "image": "one of the allowed images",
     "push_remote": "one of the allowed push remotes, with no credentials in it",
+    "ci_repo": "the turn's choice: it routes CI results to this turn only (no side effect)",
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DEFAULT_LIST = "TOOLS"

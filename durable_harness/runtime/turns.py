@@ -18,6 +18,7 @@ from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import UNFINISHED, Lease, Turn, TurnStatus
 from durable_harness.core.world import World
+from durable_harness.harness.ci_watch import check_repo
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.seed import PreparedSeed, record_seed
@@ -37,6 +38,7 @@ def turn_config(
     base_url: str | None,
     settings: Settings,
     push_remote: str | None = None,
+    ci_repo: str | None = None,
 ) -> dict[str, Any]:
     """What a worker anywhere needs to run the turn (never a secret): a
     :class:`~.core.turn_config.TurnConfig`, as the JSON object stored with the turn.
@@ -52,6 +54,12 @@ def turn_config(
 
         # Checked before anything is recorded: a remote that cannot be read is bad input.
         optional["push_remote"] = reachable_remote(push_remote)
+    if ci_repo is not None:
+        if push_remote is None:
+            raise ConfigError(
+                "--ci-repo routes the CI results of git_push's pushes: give --push-remote too"
+            )
+        optional["ci_repo"] = check_repo(ci_repo).group(0)
     return TurnConfig(
         agent=agent,
         workspace=workspace,

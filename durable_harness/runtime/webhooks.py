@@ -1,7 +1,8 @@
 """CI webhooks: GitHub and GitLab results routed to the turns that wait for them.
 
 A CI system knows a repository and a commit, not a turn. A turn (or the tool that pushed
-for it) registers what it waits for with :func:`watch_ref` (``durable-harness watch``):
+for it: ``git_push`` does, when the turn names its CI repository) registers what it waits
+for with :func:`~durable_harness.harness.ci_watch.watch_ref` (``durable-harness watch``):
 repository ``github:OWNER/NAME`` or ``gitlab:GROUP/PROJECT``, and ``sha:<commit>`` or
 ``branch:<name>``. A new watch of the same turn, repository and signal name replaces the
 last one, so a late result for an earlier push reaches no wait; and a commit watch
@@ -31,18 +32,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from durable_harness.core.errors import ConfigError
-from durable_harness.core.world import SUPERSEDED, Queue
+from durable_harness.core.world import Queue
+from durable_harness.harness.ci_watch import scope_of
 
 PROVIDERS = ("github", "gitlab")
-_REPO = re.compile(r"^(?P<provider>github|gitlab):(?P<path>[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+)$")
-#: A full commit id (SHA-1 or SHA-256): a result names the full one, a short one matches none.
-_SHA = re.compile(r"^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$")
 
 #: GitLab pipeline statuses that end a pipeline (the others: created, pending, running, ...).
 GITLAB_FINAL = frozenset({"success", "failed", "canceled", "skipped"})
@@ -73,55 +70,6 @@ class CIResult:
         data = asdict(self)
         data["branches"] = list(self.branches)
         return json.dumps(data, sort_keys=True)
-
-
-def scope_of(provider: str, repo: str) -> str:
-    # Repository names are case-insensitive on both providers.
-    return f"{provider}:{repo.lower()}"
-
-
-def watch_ref(
-    world: Queue,
-    turn_id: str,
-    repo: str,
-    sha: str | None,
-    branch: str | None,
-    name: str = "ci",
-) -> tuple[str, str]:
-    """Register (see the module docstring) and return ``(scope, ref)``. ConfigError for a
-    malformed repository or commit."""
-    found = _REPO.match(repo)
-    if found is None:
-        raise ConfigError(f"repository {repo!r} is not github:OWNER/NAME or gitlab:GROUP/PROJECT")
-    if sha is not None and not _SHA.match(sha):
-        raise ConfigError(
-            f"--sha {sha!r} is not a full commit id (40 or 64 hex digits: `git rev-parse`)"
-        )
-    if (sha is None) == (branch is None):
-        raise ConfigError("give exactly one of --sha and --branch")
-    ref = f"sha:{sha.lower()}" if sha is not None else f"branch:{branch}"
-    scope = scope_of(found["provider"], found["path"])
-    world.watch(scope, ref, turn_id, name)
-    if sha is not None:
-        _supersede(world, turn_id, name, sha.lower())
-    return scope, ref
-
-
-def _supersede(world: Queue, turn_id: str, name: str, sha: str) -> None:
-    """Mark the turn's untaken CI results of ``name`` for another commit as superseded.
-    Signals that are not CI results (the generic endpoint's) are left as they are."""
-    for signal in world.list_signals(turn_id, name):
-        if signal.claimed_by is not None:
-            continue
-        try:
-            data = json.loads(signal.payload)
-            other = "provider" in data and str(data["sha"]).lower() != sha
-        except (ValueError, KeyError, TypeError):
-            continue
-        if other:
-            # Losing this race to a wait that took it first is fine: it was untaken when
-            # that wait began, as if the watch had come a moment later.
-            world.claim_signal(turn_id, name, signal.index, SUPERSEDED)
 
 
 class Refused(Exception):

@@ -172,7 +172,9 @@ class CliLauncher:
         self.tools: list[Tool] = [
             *load_user_tools(self.turn_config.tools, [*WAIT_TOOL_NAMES, GIT_PUSH]),
             *self.gate.tools,
-            *push_tools(self.turn_config, self._push_sandbox, run.settings.push_max_bytes),
+            *push_tools(
+                self.turn_config, self._push_sandbox, run.settings.push_max_bytes, run.world
+            ),
         ]
 
     def _push_sandbox(self) -> AbstractContextManager[Sandbox]:
