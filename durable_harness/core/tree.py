@@ -114,16 +114,14 @@ def read_tree(
                     links[rel] = os.readlink(name, dir_fd=top_fd)
                     kept = True
             elif stat.S_ISREG(info.st_mode):
-                read = _read_file(top_fd, name, rel, old)
+                room = None if max_bytes is None else max_bytes - total
+                read = _read_file(top_fd, name, rel, old, room)
+                if read is _TOO_BIG:
+                    raise _too_big(max_bytes or 0)
                 if read is None:
                     continue
                 key, data = read
-                total += key[1]
-                if max_bytes is not None and total > max_bytes:
-                    raise SandboxError(
-                        f"the workspace holds more than {max_bytes:,} bytes, more than a "
-                        "snapshot may; remove build outputs or raise max_snapshot_bytes"
-                    )
+                total += len(data)
                 files[rel] = data
                 kept = True
                 if key[4] & stat.S_IXUSR:
@@ -144,11 +142,28 @@ def read_tree(
     )
 
 
+#: What :func:`_read_file` gives for a file over the room left.
+_TOO_BIG: tuple[StatKey, bytes] = ((0, 0, 0, 0, 0), b"")
+
+
+def _too_big(max_bytes: int) -> SandboxError:
+    return SandboxError(
+        f"the workspace holds more than {max_bytes:,} bytes, more than a snapshot may; "
+        "remove build outputs or raise max_snapshot_bytes"
+    )
+
+
 def _read_file(
-    dir_fd: int, name: str, rel: str, old: dict[str, tuple[StatKey, bytes]]
+    dir_fd: int,
+    name: str,
+    rel: str,
+    old: dict[str, tuple[StatKey, bytes]],
+    room: int | None = None,
 ) -> tuple[StatKey, bytes] | None:
     """The file's key and content (from ``old`` if its key is unchanged); None if it is
-    no longer a regular file (swapped for a link, a FIFO, or removed)."""
+    no longer a regular file (swapped for a link, a FIFO, or removed); :data:`_TOO_BIG`
+    when it is bigger than ``room``, checked on its size before a byte is read (a
+    sparse file of terabytes costs no disk, and would cost the worker its memory)."""
     try:
         # O_NONBLOCK: a FIFO put in its place opens at once instead of waiting for a writer.
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
@@ -158,6 +173,8 @@ def _read_file(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
+        if room is not None and info.st_size > room:
+            return _TOO_BIG
         key = _key(info)
         cached = old.get(rel)
         if cached is not None and cached[0] == key:

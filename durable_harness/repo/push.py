@@ -172,6 +172,10 @@ def push_bundle(
     with tempfile.TemporaryDirectory(prefix="dh-push-") as tmp:
         repo = Path(tmp) / "push.git"
         run_git(["init", "--bare", "--quiet", str(repo)], timeout=timeout)
+        if not bundle.startswith((b"# v2 git bundle\n", b"# v3 git bundle\n")):
+            # Else git takes the file for a repository (a "gitdir:" line in it would
+            # make the host fetch from any repository on it).
+            raise RepositoryError("the sandbox's bundle is not a git bundle")
         path = Path(tmp) / "commits.bundle"
         path.write_bytes(bundle)
         try:
@@ -182,6 +186,14 @@ def push_bundle(
                 env=_config_env(_FSCK),
             )
             sha = run_git(["rev-parse", "--verify", "refs/heads/push^{commit}"], cwd=repo)
+            # A fetch from a bundle skips transfer.fsckObjects: check what came in, so a
+            # tree git refuses (a .git/config in it, a bad .gitmodules) is never pushed.
+            run_git(
+                ["fsck", "--strict", "--no-dangling", "--no-progress"],
+                cwd=repo,
+                timeout=timeout,
+                error_lines=4,
+            )
         except RepositoryError as exc:
             raise RepositoryError(f"the sandbox's bundle could not be read: {exc}") from None
         sha_text = sha.decode().strip()

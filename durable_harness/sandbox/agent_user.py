@@ -198,11 +198,25 @@ def grant_workspace(user: AgentUser | None, root: Path) -> None:
                 f"workspace below folders it may pass through (or chmod o+x {above})"
             )
     try:
-        for folder, dirs, files in os.walk(root):
-            _grant(Path(folder), user, directory=True)
+        # Through descriptors only: the agent's processes may be alive and swapping a
+        # folder for a link to /etc between a check and a grant by path (a grant runs as
+        # root). fwalk enters a folder only if what it opened is what it listed, and an
+        # entry is granted on the descriptor opened with O_NOFOLLOW, after fstat says
+        # what it is.
+        for _folder, _dirs, files, folder_fd in os.fwalk(root, follow_symlinks=False):
+            _grant(folder_fd, user, directory=True)
             for name in files:
-                _grant(Path(folder) / name, user, directory=False)
-            dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+                try:
+                    fd = os.open(name, _ENTRY_FLAGS, dir_fd=folder_fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):
+                        continue  # a link (never followed), or gone since it was listed
+                    raise
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        _grant(fd, user, directory=False)
+                finally:
+                    os.close(fd)
     except OSError as exc:
         if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
             raise ConfigError(
@@ -213,15 +227,16 @@ def grant_workspace(user: AgentUser | None, root: Path) -> None:
         raise
 
 
-def _grant(path: Path, user: AgentUser, *, directory: bool) -> None:
-    info = path.lstat()
-    if stat.S_ISLNK(info.st_mode):
-        return
-    mode = stat.S_IMODE(info.st_mode)
+#: How an entry is opened to be granted: never through a link, never blocking on a FIFO.
+_ENTRY_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+
+
+def _grant(fd: int, user: AgentUser, *, directory: bool) -> None:
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)
     perm = 7 if directory or mode & 0o111 else 6
-    os.setxattr(path, "system.posix_acl_access", _acl(mode, user.uid, perm))
+    os.setxattr(fd, "system.posix_acl_access", _acl(mode, user.uid, perm))
     if directory:
-        os.setxattr(path, "system.posix_acl_default", _acl(mode | 0o700, user.uid, 7))
+        os.setxattr(fd, "system.posix_acl_default", _acl(mode | 0o700, user.uid, 7))
 
 
 # -- process trees ---------------------------------------------------------------------

@@ -52,3 +52,13 @@ def test_nothing_is_followed_or_waited_on_either_way(tmp_path: Path) -> None:
     assert read_tree(root) == new
     with pytest.raises(SandboxError, match="more than 5 bytes"):
         read_tree(root, max_bytes=5)
+
+
+def test_a_sparse_file_over_the_cap_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A sparse file of terabytes costs the agent no disk: its size is checked first."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with (root / "huge").open("wb") as f:
+        f.truncate(4 << 40)  # 4 TiB of nothing
+    with pytest.raises(SandboxError, match="more than 1,048,576 bytes"):
+        read_tree(root, max_bytes=1 << 20)

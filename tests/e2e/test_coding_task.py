@@ -30,6 +30,7 @@ from support import FIXTURES, Harness, ids_of, make_harness
 
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.crash import CRASH_EXIT_CODE
+from durable_harness.harness.journal import decode_output
 from durable_harness.sandbox.docker import DockerSandbox
 from durable_harness.worlds import open_world
 
@@ -95,6 +96,11 @@ def _wait_for(predicate: object, timeout: float = 300.0) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("timed out waiting")
+
+
+def _text(output: object) -> str:
+    """A tool step's recorded result as text (the built-in tools record {"content": …})."""
+    return str(output["content"]) if isinstance(output, dict) else str(output)
 
 
 def _git(*args: str) -> str:
@@ -172,7 +178,7 @@ def test_repository_in_pushed_branch_out_ci_looped_until_green(
         ]  # fmt: skip
         assert tools[3].status is StepStatus.POSSIBLY_RAN
         assert all(s.status is StepStatus.DONE for s in tools if s is not tools[3])
-        outputs = [str(s.output) for s in tools]
+        outputs = [_text(decode_output(world, s)) for s in tools]
         assert "2 failed" in outputs[0]
         assert f"already pushed {sha1} to {BRANCH}" in outputs[4]
         assert "failure" in outputs[5] and sha1 in outputs[5]

@@ -47,6 +47,31 @@ def test_untrusted_bundles_and_names_are_refused_before_any_push(tmp_path: Path)
     for branch in ["-f", "a..b", "refs/heads/x", "has space", ""]:
         with pytest.raises(RepositoryError, match="branch name"):
             push_bundle(bundle, REF, str(remote), branch)
+    # Not a bundle: a "gitdir:" file would make git fetch from another host repository.
+    with pytest.raises(RepositoryError, match="is not a git bundle"):
+        push_bundle(f"gitdir: {remote}\n".encode(), REF, str(remote), "feature")
+    # A commit whose tree holds .git/config: fetched from a bundle, git checks nothing,
+    # so the harness runs fsck itself and never pushes it.
+    evil = tmp_path / "evil"
+    _git("init", "-q", str(evil))
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"], cwd=evil, input="[core]\n", capture_output=True,
+        text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    inner = subprocess.run(
+        ["git", "mktree"], cwd=evil, input=f"100644 blob {blob}\tconfig\n",
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    top = subprocess.run(
+        ["git", "mktree"], cwd=evil, input=f"040000 tree {inner}\t.git\n",
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    commit = _git("-c", "user.name=a", "-c", "user.email=a@a", "commit-tree", top, "-m", "x",
+                  cwd=evil)  # fmt: skip
+    _git("update-ref", REF, commit, cwd=evil)
+    _git("bundle", "create", "-q", str(tmp_path / "evil.bundle"), REF, cwd=evil)
+    with pytest.raises(RepositoryError, match="hasDotgit"):
+        push_bundle((tmp_path / "evil.bundle").read_bytes(), REF, str(remote), "feature")
     assert _git("for-each-ref", cwd=remote) == ""  # nothing reached the remote
     assert push_bundle(bundle, REF, str(remote), "feature").message() == (
         f"pushed {sha} to feature"
