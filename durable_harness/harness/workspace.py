@@ -186,20 +186,27 @@ def restore_workspace(sandbox: Sandbox, store: SnapshotStore, digest: str | None
     return True
 
 
-def session_snapshot(world: World, session_id: str, before_index: int) -> str | None:
-    """The snapshot a turn of the session (the one at ``before_index``) starts from when
-    its own journal holds none yet: the newest one of the session's earlier, finished
-    turns, else the session's seed (``run --repo``), else None (an empty workspace).
+def session_snapshot(
+    world: World, session_id: str, before_index: int | None = None, *, seed: bool = True
+) -> str | None:
+    """The newest workspace snapshot of the session: the last finished step's over the
+    turns before ``before_index`` that are done (every turn, finished or not, when it is
+    None: what ``diff`` shows while a turn waits on CI); else, with ``seed``, the
+    session's seed (``run --repo``); else None (an empty workspace).
 
-    Every adapter asks this one function, so the first delivery of a seeded session's
-    first turn starts from the seed on every backend and every worker."""
+    A turn whose own journal holds none yet starts from ``session_snapshot(world,
+    session, turn.index)``: every adapter asks this one function, so the first delivery
+    of a seeded session's first turn starts from the seed on every backend and worker."""
     digest: str | None = None
-    for turn in world.list_turns(session_id):
-        if turn.index < before_index and turn.status is TurnStatus.DONE:
-            for step in world.load_steps(turn.turn_id):
-                if step.status is StepStatus.DONE and "workspace" in step.meta:
-                    digest = str(step.meta["workspace"])
-    if digest is None:
-        seed = load_seed(world, world, session_id)
-        digest = None if seed is None else seed.snapshot
+    for turn in world.list_turns(session_id, limit=2**31):  # every turn, not the first 100
+        if before_index is not None and not (
+            turn.index < before_index and turn.status is TurnStatus.DONE
+        ):
+            continue
+        for step in sorted(world.load_steps(turn.turn_id), key=lambda s: s.seq):
+            if step.status is StepStatus.DONE and "workspace" in step.meta:
+                digest = str(step.meta["workspace"])
+    if digest is None and seed:
+        found = load_seed(world, world, session_id)
+        digest = None if found is None else found.snapshot
     return digest

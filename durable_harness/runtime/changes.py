@@ -19,9 +19,8 @@ from durable_harness.core.errors import ConfigError, CorruptJournal, NotFound
 from durable_harness.core.sandbox import SandboxState
 from durable_harness.core.seed import Seed, load_seed
 from durable_harness.core.tree import write_tree
-from durable_harness.core.types import StepStatus
 from durable_harness.core.world import World
-from durable_harness.harness.workspace import SnapshotStore
+from durable_harness.harness.workspace import SnapshotStore, session_snapshot
 from durable_harness.repo.changes import Work, apply_work, build_work, find_repository, work_files
 
 __all__ = ["Applied", "apply_session", "diff_session", "export_session", "newest_snapshot"]
@@ -37,14 +36,9 @@ class Applied:
 
 
 def newest_snapshot(world: World, session_id: str) -> str | None:
-    """The digest of the session's newest workspace snapshot: the last DONE step with a
-    ``meta["workspace"]`` over its turns in index order, then seq order (None if none)."""
-    digest: str | None = None
-    for turn in world.list_turns(session_id, limit=2**31):
-        for step in sorted(world.load_steps(turn.turn_id), key=lambda s: s.seq):
-            if step.status is StepStatus.DONE and "workspace" in step.meta:
-                digest = str(step.meta["workspace"])
-    return digest
+    """The digest of the session's newest workspace snapshot over all its turns (None if
+    none): :func:`~durable_harness.harness.workspace.session_snapshot` without the seed."""
+    return session_snapshot(world, session_id, seed=False)
 
 
 def diff_session(world: World, session: str, patch: bool = False) -> bytes:
