@@ -94,6 +94,7 @@ def enqueue_turn(
     image: str | None = None,
     settings: Settings | None = None,
     push_remote: str | None = None,
+    ci_repo: str | None = None,
     repo: str | None = None,
     ref: str | None = None,
     include_uncommitted: bool = False,
@@ -107,7 +108,9 @@ def enqueue_turn(
     runs after the session's earlier turns). ``image`` names the repository's toolchain
     image for the Docker workspace (``run --image``). ``push_remote`` (a git URL or path,
     no credentials in it) offers the agent the ``git_push`` tool, which pushes there from
-    the host with the worker's git credentials. The configuration is checked here: a bad
+    the host with the worker's git credentials; with ``ci_repo`` (``github:OWNER/NAME``),
+    each pushed commit's CI result comes as signal ``ci`` (``run --ci-repo``). The
+    configuration is checked here: a bad
     agent, workspace or tools file raises :class:`ConfigError` now, not in a worker.
 
     ``repo`` (a folder or URL; ``ref``, ``include_uncommitted`` as ``run --repo`` takes
@@ -115,7 +118,9 @@ def enqueue_turn(
     (no implicit default here: the current folder is not assumed to be the project).
     """
     settings = settings or Settings.load()
-    config = _config(agent, workspace, tools, model, base_url, agent_config, settings, push_remote)
+    config = _config(
+        agent, workspace, tools, model, base_url, agent_config, settings, push_remote, ci_repo
+    )
     if image is not None:
         config["image"] = image  # the repository's toolchain image (docs/docker.md)
         grant(config)
@@ -137,6 +142,7 @@ def run_turn(
     image: str | None = None,
     settings: Settings | None = None,
     push_remote: str | None = None,
+    ci_repo: str | None = None,
     quiet: bool = True,
     repo: str | None = None,
     ref: str | None = None,
@@ -152,7 +158,9 @@ def run_turn(
     worker finishes it.
     """
     settings = settings or Settings.load()
-    config = _config(agent, workspace, tools, model, base_url, agent_config, settings, push_remote)
+    config = _config(
+        agent, workspace, tools, model, base_url, agent_config, settings, push_remote, ci_repo
+    )
     if image is not None:
         config["image"] = image  # the repository's toolchain image (docs/docker.md)
         grant(config)
@@ -217,6 +225,7 @@ def _config(
     agent_config: Mapping[str, Any] | None,
     settings: Settings,
     push_remote: str | None = None,
+    ci_repo: str | None = None,
 ) -> dict[str, Any]:
     if isinstance(tools, str):
         raise ConfigError(f"tools={tools!r}: pass a list of 'path/to/file.py:NAME' specs")
@@ -228,6 +237,7 @@ def _config(
         base_url=base_url,
         settings=settings,
         push_remote=push_remote,
+        ci_repo=ci_repo,
     )
     if agent_config is not None:
         config["agent_config"] = dict(agent_config)
