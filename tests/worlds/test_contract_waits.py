@@ -40,12 +40,15 @@ def claim(world: World) -> Lease:
 
 def test_suspended_turn_has_no_lease_and_wakes_on_its_timer(world: World) -> None:
     lease = claim(world)
-    world.suspend(lease, time.time() + 0.4, "timer")
+    # 2 s: the three calls before the timer fires take well over 0.4 s on a loaded
+    # machine's S3 World (CI once claimed the turn back early, rightly).
+    wake = time.time() + 2.0
+    world.suspend(lease, wake, "timer")
     turn = world.get_turn("t")
     assert turn.status is TurnStatus.WAITING and turn.waiting_for == "timer"
     assert turn.lease_owner is None
     assert world.claim("w", 30) is None
-    time.sleep(0.5)
+    time.sleep(max(0.0, wake - time.time()) + 0.1)
     again = claim(world)
     assert again.epoch == lease.epoch + 1
     assert world.get_turn("t").waiting_for is None
