@@ -14,19 +14,13 @@ container is removed then, so the last delivery restores the workspace from the 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures import buggy_project, git_ci
-from support import FIXTURES, Harness, ids_of, make_harness
+from coding_task_support import BRANCH, TOKEN, coding_task_harness, host_git, stop, wait_until
+from support import FIXTURES, Harness, ids_of
 
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.crash import CRASH_EXIT_CODE
@@ -34,10 +28,6 @@ from durable_harness.harness.journal import decode_output
 from durable_harness.sandbox.docker import DockerSandbox
 from durable_harness.worlds import open_world
 
-SECRET = "operator-github-secret"
-TOKEN = "ghp_TOKENthatMustStayOnTheHost"
-ORIGIN = f"https://x-access-token:{TOKEN}@git.example.invalid/acme/shop.git"
-BRANCH = "fix/pricing"
 #: Steps: model 0, bash 1 (tests), model 2, edit 3, model 4, bash 5 (commit), model 6,
 #: git_push 7 (dies after it ran), model 8, git_push 9 (already pushed), model 10, wait 11.
 PUSH_SEQ, FIRST_WAIT_SEQ = 7, 11
@@ -45,66 +35,12 @@ PUSH_SEQ, FIRST_WAIT_SEQ = 7, 11
 
 @pytest.fixture
 def task(docker_host: str, python_image: str, tmp_path: Path) -> Iterator[Harness]:
-    project, remote = tmp_path / "shop", tmp_path / "remote.git"
-    buggy_project.make(project)
-    buggy_project.git(project, "remote", "add", "origin", ORIGIN)  # a token in the URL
-    buggy_project.git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
-    buggy_project.git(project, "push", "-q", str(remote), "main")
-    with contextlib.ExitStack() as stack:
-        for h in make_harness(tmp_path, FIXTURES / "coding_task.toml", lease="5"):
-            h.env["DURABLE_HARNESS_GITHUB_WEBHOOK_SECRET"] = SECRET
-            # The workers are other processes: their operator allows this remote and image.
-            h.env["DURABLE_HARNESS_ALLOWED_PUSH_REMOTES"] = str(remote)
-            h.env["DURABLE_HARNESS_ALLOWED_IMAGES"] = python_image
-            server = h.popen("signal-server", "--port", "0")
-            stack.callback(_stop, server)
-            assert server.stdout is not None
-            line = server.stdout.readline()
-            assert line.startswith("signal server listening on "), line
-            runs = tmp_path / "ci-runs.txt"
-            git_ci.install(
-                remote,
-                {
-                    "signal_url": line.split()[-1],
-                    "secret": SECRET,
-                    "repo": "acme/shop",
-                    "runs": str(runs),
-                    "python": sys.executable,
-                    "hold": str(tmp_path / "ci-hold"),
-                },
-            )
-            stack.callback(_stop_jobs, runs.with_suffix(".pids"))
-            yield h
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
-
-
-def _stop_jobs(pids: Path) -> None:
-    for pid in pids.read_text().split() if pids.exists() else []:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(int(pid), signal.SIGKILL)  # a CI job still holding
-
-
-def _wait_for(predicate: object, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting")
+    yield from coding_task_harness(tmp_path, FIXTURES / "coding_task.toml", python_image)
 
 
 def _text(output: object) -> str:
     """A tool step's recorded result as text (the built-in tools record {"content": …})."""
     return str(output["content"]) if isinstance(output, dict) else str(output)
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
 
 
 @pytest.mark.timeout(1200)
@@ -113,7 +49,7 @@ def test_repository_in_pushed_branch_out_ci_looped_until_green(
 ) -> None:
     h, project, remote = task, task.tmp / "shop", task.tmp / "remote.git"
     runs = h.tmp / "ci-runs.txt"
-    user_head = _git("-C", str(project), "rev-parse", "HEAD")
+    user_head = host_git("-C", str(project), "rev-parse", "HEAD")
     queued = h.cli(
         "run", "--detach", "--workspace", "docker", "--image", python_image,
         "--push-remote", str(remote), "--ci-repo", "github:acme/shop", "Fix the shop",
@@ -153,14 +89,14 @@ def test_repository_in_pushed_branch_out_ci_looped_until_green(
                 waits = [s for s in world.load_steps(turn_id) if s.name == "wait_for_signal"]
                 return world.get_turn(turn_id).status.value == "waiting" and len(waits) == 2
 
-            _wait_for(parked_on_second_wait)
+            wait_until(parked_on_second_wait)
     finally:
-        _stop(worker)
+        stop(worker)
     with DockerSandbox(session) as box:
         box.remove()
     (h.tmp / "ci-hold").touch()  # CI reports the second push now, with no worker alive
     with open_world("local", data_dir=h.tmp / "world") as world:
-        _wait_for(lambda: len(world.list_signals(turn_id, "ci")) == 2)
+        wait_until(lambda: len(world.list_signals(turn_id, "ci")) == 2)
 
     # 4. A new worker: a new container, the workspace restored from the World, green.
     last = h.cli("worker", "--until-idle", timeout=600)
@@ -194,10 +130,10 @@ def test_repository_in_pushed_branch_out_ci_looped_until_green(
     # both fixes, the link and the executable bit.
     sha1_, sha2 = runs.read_text().split()
     assert sha1_ == sha1 and sha2 != sha1
-    assert _git("--git-dir", str(remote), "rev-parse", BRANCH).strip() == sha2
-    pricing = _git("--git-dir", str(remote), "show", f"{BRANCH}:shop/pricing.py")
+    assert host_git("--git-dir", str(remote), "rev-parse", BRANCH).strip() == sha2
+    pricing = host_git("--git-dir", str(remote), "show", f"{BRANCH}:shop/pricing.py")
     assert "sum(prices)" in pricing and "price - price * percent" in pricing
-    tree = _git("--git-dir", str(remote), "ls-tree", "-r", BRANCH)
+    tree = host_git("--git-dir", str(remote), "ls-tree", "-r", BRANCH)
     assert "120000 blob" in tree.split("\tcheck\n")[0].splitlines()[-1]
     assert "100755 blob" in tree.split("\tscripts/check.sh")[0].splitlines()[-1]
     assert h.repeated_requests() == {}
@@ -210,9 +146,9 @@ def test_repository_in_pushed_branch_out_ci_looped_until_green(
     assert "-    return price + price * percent / 100\n" in diff.stdout
     applied = h.cli("apply", session, cwd=project)
     assert applied.returncode == 0, applied.stderr
-    assert _git("-C", str(project), "rev-parse", "HEAD") == user_head
-    assert _git("-C", str(project), "status", "--porcelain") == ""
-    assert _git("-C", str(project), "rev-parse", f"dh/{session}").strip() == sha2
+    assert host_git("-C", str(project), "rev-parse", "HEAD") == user_head
+    assert host_git("-C", str(project), "status", "--porcelain") == ""
+    assert host_git("-C", str(project), "rev-parse", f"dh/{session}").strip() == sha2
 
     # The token in the user's remote URL never reached the sandbox or the World.
     with DockerSandbox(session) as box:
