@@ -36,7 +36,7 @@ from durable_harness.core.errors import RepositoryError
 from durable_harness.core.sandbox import SandboxState
 from durable_harness.repo.git import run_git
 
-__all__ = ["Work", "apply_work", "build_work", "find_repository", "work_files"]
+__all__ = ["Work", "apply_work", "build_work", "work_files"]
 
 #: The identity of the commit made for uncommitted work (the agent's commits keep theirs).
 _IDENTITY = "durable-harness <durable-harness@localhost>"
@@ -124,18 +124,6 @@ def build_work(folder: Path, seed_commit: str, seed: SandboxState, final: Sandbo
         work.git("update-ref", "refs/heads/final", base)
         return Work(git_dir, seed_commit, base, False)
     return Work(git_dir, seed_commit, commit, True)
-
-
-def find_repository(start: Path) -> Path:
-    """The top of the git repository holding ``start`` (a folder with a ``.git``),
-    searched upwards here (host git never climbs above its working folder's parent)."""
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    raise RepositoryError(
-        f"{start} is not inside a git repository; give --repo PATH of a clone of the "
-        "repository the session was seeded from"
-    )
 
 
 def apply_work(work: Work, repo: Path, branch: str, reason: str) -> None:

@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from durable_harness.core.errors import ConfigError, CorruptJournal, NotFound
+from durable_harness.core.errors import ConfigError, CorruptJournal, NotFound, RepositoryError
 from durable_harness.core.sandbox import SandboxState
 from durable_harness.core.seed import Seed, load_seed
 from durable_harness.core.tree import write_tree
 from durable_harness.core.world import World
 from durable_harness.harness.workspace import SnapshotStore, session_snapshot
-from durable_harness.repo.changes import Work, apply_work, build_work, find_repository, work_files
+from durable_harness.repo.changes import Work, apply_work, build_work, work_files
+from durable_harness.repo.clone import find_repository
 
 __all__ = ["Applied", "apply_session", "diff_session", "export_session", "newest_snapshot"]
 
@@ -53,7 +54,13 @@ def apply_session(
 ) -> Applied:
     """Put the session's work on a new branch (``dh/<session>`` by default) of ``repo``
     (default: the repository of the current folder), checking nothing out."""
-    top = find_repository(Path(repo) if repo is not None else Path.cwd())
+    start = Path(repo) if repo is not None else Path.cwd()
+    top = find_repository(start)
+    if top is None:
+        raise RepositoryError(
+            f"{start} is not inside a git repository; give --repo PATH of a clone of the "
+            "repository the session was seeded from"
+        )
     session_id = _session_id(world, session)
     name = branch or f"dh/{session_id}"
     with _work(world, session_id) as work:
