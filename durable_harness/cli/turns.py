@@ -43,6 +43,14 @@ def register(sub: Subparsers) -> Commands:
         "1000 added, built on first use (docs/docker.md); a worker elsewhere runs it only "
         "if it is in its DURABLE_HARNESS_ALLOWED_IMAGES",
     )
+    run.add_argument(
+        "--setup",
+        metavar="CMD",
+        help="a command run in the session's container before the agent (e.g. "
+        "'pip install -e .[dev]'), each time the container is new, with only the package "
+        "registries of DURABLE_HARNESS_SETUP_REGISTRIES reachable (through the harness's "
+        "egress proxy); the agent then runs with no network (docs/coding-task.md)",
+    )
     run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
     repo_flags(run)
     run.add_argument(
@@ -192,6 +200,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if args.image:
         config["image"] = args.image
+    if args.setup is not None:
+        config["setup"] = args.setup
     if args.agent_config:
         from durable_harness.adapters import read_agent_config
 

@@ -106,6 +106,21 @@ class Settings(EnvSettings):
     allowed_push_remotes: ListSetting = ()
     #: The largest bundle of commits ``git_push`` takes out of a sandbox.
     push_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # -- a turn's setup phase (``run --setup``, adapters/cli/setup.py): the only time the
+    # session's container reaches a network, through the harness's egress proxy.
+    #: The ``host:port`` upstreams a setup may reach (exact; empty: no network at all).
+    setup_registries: ListSetting = (
+        "pypi.org:443",
+        "files.pythonhosted.org:443",
+        "registry.npmjs.org:443",
+    )
+    #: Seconds a setup command may run before it is stopped (the turn then fails).
+    setup_timeout_s: float = Field(default=900.0, gt=0)
+    #: Bytes a setup may download through the proxy, over all its connections.
+    setup_max_bytes: int = Field(default=4 * 1024**3, gt=0)
+    #: Setup commands a turn from elsewhere may carry (exact text; ``*``: any), besides
+    #: the ones typed at ``run`` in this process: a setup reaches the registries above.
+    allowed_setup_commands: ListSetting = ()
     _world_flags: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @classmethod

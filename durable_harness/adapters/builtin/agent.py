@@ -244,6 +244,10 @@ class _Loop:
         # holds it is kept as it is.
         digest = self.journal.latest_meta("workspace") or start.workspace
         restore_workspace(sandbox, self.snapshots, None if digest is None else str(digest))
+        if turn.setup is not None:  # run --setup: once per container
+            from durable_harness.adapters.cli.setup import ensure_setup
+
+            ensure_setup(sandbox, turn, settings)
 
     @property
     def client(self) -> ModelClient:

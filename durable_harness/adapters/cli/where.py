@@ -91,6 +91,8 @@ class Workspaces:
         self.world: World = run.world
         self.journal: Journal = run.journal
         self.turn = run.turn
+        self.config = TurnConfig.of(run.config)
+        self.settings = run.settings
         self.snapshots = SnapshotStore(self.world)
         self._lock = lock  # the adapter's save lock: one save at a time
 
@@ -99,6 +101,10 @@ class Workspaces:
             self.world, self.turn.session_id, self.turn.index
         )
         restore_workspace(sandbox, self.snapshots, None if digest is None else str(digest))
+        if self.config.setup is not None:  # once per container (imports the Docker SDK)
+            from durable_harness.adapters.cli.setup import ensure_setup
+
+            ensure_setup(sandbox, self.config, self.settings)
 
     def saver(self, sandbox: Sandbox) -> Callable[[], dict[str, Any]]:
         def outcome_meta() -> dict[str, Any]:
