@@ -106,6 +106,9 @@ class Settings(EnvSettings):
     allowed_push_remotes: ListSetting = ()
     #: The largest bundle of commits ``git_push`` takes out of a sandbox.
     push_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    #: Branch patterns ``git_push`` may push to (shell patterns, ``*`` crossing ``/``):
+    #: ``dh/*,fix/*`` keeps the model off ``main`` whatever the remote protects.
+    push_branches: ListSetting = ("*",)
     # -- a turn's setup phase (``run --setup``, adapters/cli/setup.py): the only time the
     # session's container reaches a network, through the harness's egress proxy.
     #: The ``host:port`` upstreams a setup may reach (exact; empty: no network at all).

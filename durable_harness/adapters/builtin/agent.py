@@ -228,7 +228,13 @@ class _Loop:
         self.snapshots = SnapshotStore(run.world)
         turn, settings = TurnConfig.of(run.config), run.settings
         tools = workspace_tools(sandbox) + wait_tools(run.world, run.journal)
-        tools += push_tools(turn, lambda: nullcontext(sandbox), settings.push_max_bytes, run.world)
+        tools += push_tools(
+            turn,
+            lambda: nullcontext(sandbox),
+            settings.push_max_bytes,
+            run.world,
+            settings.push_branches,
+        )
         tools += load_user_tools(turn.tools, [t.name for t in tools])
         self.tools = {t.name: t for t in tools}
         self.model = turn.model or settings.model
