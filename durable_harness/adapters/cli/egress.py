@@ -120,18 +120,16 @@ class EgressProxy:
 
     def refused(self) -> list[str]:
         """The ``host:port`` targets refused so far, in order, each once."""
-        seen: dict[str, None] = {}
-        for line in self.log().splitlines():
-            if line.startswith("dh-egress refused "):
-                seen[line.removeprefix("dh-egress refused ").strip()] = None
-        return list(seen)
+        return self._targets("refused")
 
     def allowed(self) -> list[str]:
         """The ``host:port`` targets connected to so far, each once."""
-        seen: dict[str, None] = {}
-        for line in self.log().splitlines():
-            if line.startswith("dh-egress allowed "):
-                seen[line.removeprefix("dh-egress allowed ").strip()] = None
+        return self._targets("allowed")
+
+    def _targets(self, verdict: str) -> list[str]:
+        prefix = f"dh-egress {verdict} "
+        seen = {line.removeprefix(prefix).strip(): None for line in self.log().splitlines()
+                if line.startswith(prefix)}  # fmt: skip
         return list(seen)
 
     def capped(self) -> bool:
