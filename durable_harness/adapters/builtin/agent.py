@@ -37,6 +37,7 @@ from durable_harness.harness.workspace import (
     restore_workspace,
     save_workspace,
     session_snapshot,
+    snapshot_failed,
 )
 from durable_harness.sandbox import open_sandbox
 
@@ -346,7 +347,16 @@ class _Loop:
                 except Exception as exc:  # a host tool's failure is its result
                     value = {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
             meta: dict[str, Any] = {}
-            digest = save_workspace(self.sandbox, self.snapshots)
+            try:
+                digest = save_workspace(self.sandbox, self.snapshots)
+            except SandboxError as exc:
+                # The agent's workspace cannot be snapshotted (too big, too deep): the call
+                # stands, the model is told, and a lost container comes back as the last
+                # snapshot until it fixes it; a retry would fail the same way.
+                value = {**value, "is_error": True}
+                value["content"] = f"{value['content']}\n\n{snapshot_failed(exc)}"
+                meta["snapshot_error"] = str(exc)
+                digest = None
             if digest is not None:
                 meta["workspace"] = digest
             return Outcome(value, meta)
