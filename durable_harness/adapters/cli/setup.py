@@ -3,25 +3,32 @@ in the session's container after its workspace is restored and before the agent 
 once per container.
 
 The container has no network (``network_mode="none"``) and keeps none: for the setup
-command alone, :class:`~.egress.EgressProxy` is started on the host and reached through
-``dh-bridge.js`` on the container's loopback, with ``HTTP(S)_PROXY`` in the command's
-environment, so pip, npm, uv and cargo reach the registries the operator allows
-(``DURABLE_HARNESS_SETUP_REGISTRIES``; empty: the setup runs with no network either). When
-the command ends, the bridge is stopped, whatever the command left running is killed (the
-job is contained) and the proxy is stopped: the agent that follows has no way out, as
-without a setup.
+command alone, :class:`~.egress.EgressProxy` (a CONNECT-only tunnel, a thread of the
+worker) listens on a socket in the run folder, ``dh-bridge.js`` serves it on the
+container's loopback, and the command gets ``HTTP(S)_PROXY`` pointing there, so pip, npm,
+uv and cargo reach the registries the operator allows (``DURABLE_HARNESS_SETUP_REGISTRIES``;
+empty: the setup runs with no network either). In order:
+
+1. every process in the container but its init and main command is killed, so nothing
+   the agent left running can sit beside the setup's network (and read its token);
+2. the tunnel starts; the command runs through a ``docker exec`` under ``bash -e``, its
+   output shown as it comes (escaped, a line at most :data:`_LINE` bytes), with a
+   deadline kept on the host (``DURABLE_HARNESS_SETUP_TIMEOUT_S``: nothing in the
+   container can stop that clock), and its exit code as Docker reports it;
+3. everything the command left running is killed, the tunnel stops and its socket goes.
+   The agent that follows has no way out, as without a setup.
 
 *Once per container*: done is a mark in the session's host run folder (which the
 container sees read-only, so nothing inside can forge or erase it) naming the container
 and a digest of the command, image and registries. A new container (the old one removed,
 another machine) runs the setup again, on the workspace as the World restored it: what a
 setup installs lives in the container (pip's user site on the home volume), not in the
-World. A worker that dies during the setup leaves the job running without its proxy; the
-next worker kills it and starts the setup again (a setup command must be safe to re-run,
-as a devcontainer's ``postCreateCommand`` is).
+World. A worker that dies during the setup takes the tunnel with it (a thread); the next
+worker's step 1 kills the setup it left and starts it again, so a setup command must be
+safe to re-run, as a devcontainer's ``postCreateCommand`` is.
 
 A setup that fails or times out fails the turn (:class:`TurnFailed`: a retry would fail
-the same way), with its last output and the upstreams the proxy refused.
+the same way), with its last output and the upstreams the tunnel refused.
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
+import shlex
 import sys
+import time
 from collections.abc import Callable
 
 from durable_harness.adapters.cli.docker_host import bridge_files, bridge_job, random_port
@@ -41,13 +51,14 @@ from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import TurnConfig
 from durable_harness.sandbox.docker import DockerSandbox
 
-__all__ = ["SETUP_SOCKET", "ensure_setup", "setup_done"]
+__all__ = ["ensure_setup", "setup_done"]
 
-SETUP_SOCKET = "egress.sock"
 _MARK = "setup.mark"
 _HOMES = "/home/agent/.durable-harness/setup"
 _SCRIPT = "setup.sh"
 _TAIL = 3000
+_LINE = 2000
+_TIMEOUT_EXIT_CODE = 124
 
 Say = Callable[[str], None]
 
@@ -87,19 +98,25 @@ def ensure_setup(
     registries = settings.setup_registries
     key = _key(command, sandbox.image, registries)
     cid = sandbox.container_id()
-    prefix = f"setup-{key}-{cid[:12]}-"
-    earlier = sorted(j for j in sandbox.jobs.list() if j.startswith(prefix))
-    for job in earlier:  # a dead worker's, running without its proxy
-        if not sandbox.jobs.status(job).finished:
-            sandbox.jobs.kill(job, "KILL")
-    job = f"{prefix}{len(earlier) + 1}"
-    home = f"{_HOMES}/{job}"
-    network = ", ".join(registries) if registries else "none"
-    say(f"running `{command}` in the session's container (network: {network})")
-    proxy = EgressProxy(os.path.join(sandbox.run_dir, SETUP_SOCKET), registries,
-                        settings.setup_max_bytes) if registries else None  # fmt: skip
+    sandbox.kill_all()  # 1. an earlier worker's setup, daemons the agent left
+    _remove_stale_sockets(sandbox.run_dir)
+    home = f"{_HOMES}/{secrets.token_hex(8)}"
+    # A socket name of its own per setup: a stale one is never taken for it.
+    socket_name = f"egress-{secrets.token_hex(6)}.sock"
+    proxy = (
+        EgressProxy(
+            os.path.join(sandbox.run_dir, socket_name), registries, settings.setup_max_bytes
+        )
+        if registries
+        else None
+    )
+    say(f"running `{command}` in the session's container (network: {_network(registries)})")
     try:
         env: dict[str, str] = {}
+        # stderr joins stdout, so what is shown is the command's whole output; -e: a step
+        # that fails fails the setup, rather than the agent starting without it.
+        sandbox.write_bytes(f"{home}/{_SCRIPT}", f"exec 2>&1\nset -e\n{command}\n".encode())
+        argv = ["timeout", "-k", "5", f"{settings.setup_timeout_s:g}", "bash", f"{home}/{_SCRIPT}"]
         if proxy is not None:
             proxy.start()
             port = random_port()
@@ -109,47 +126,86 @@ def ensure_setup(
             env["NO_PROXY"] = env["no_proxy"] = ""
             for rel, data in bridge_files(b"").items():
                 sandbox.write_bytes(f"{home}/{rel}", data)
-            script = bridge_job(home, SETUP_SOCKET, port, ["bash", f"{home}/{_SCRIPT}"])
+            script = bridge_job(home, socket_name, port, argv)
         else:
-            script = f'bash "{home}/{_SCRIPT}" </dev/null'
-        # stderr joins stdout, so the progress shown is the command's whole output; -e:
-        # a step that fails fails the setup, rather than the agent starting without it.
-        sandbox.write_bytes(f"{home}/{_SCRIPT}", f"exec 2>&1\nset -e\n{command}\n".encode())
-        sandbox.jobs.start(job, script, timeout=settings.setup_timeout_s, env=env, contain=True)
-        tail = _follow(sandbox, job, say)
-        status = sandbox.jobs.wait(job)
-        if status.exit_code != 0:
-            raise TurnFailed(_failure(command, status.exit_code, tail, proxy, settings))
+            script = f"{shlex.join(argv)} </dev/null"
+        code, tail = _run(sandbox, script, env, settings.setup_timeout_s + 15, say)  # 2.
     finally:
+        with contextlib.suppress(Exception):
+            sandbox.kill_all()  # 3. whatever the setup left running
         if proxy is not None:
             proxy.close()
-            proxy.remove_files()
         with contextlib.suppress(Exception):
             sandbox.exec('rm -rf -- "$1"', home)
+    if code != 0:
+        raise TurnFailed(_failure(command, code, tail, proxy, settings))
     _write_mark(sandbox.run_dir, f"{cid} {key}")
     say("done")
 
 
-def _follow(sandbox: DockerSandbox, job: str, say: Say) -> str:
-    """Show the job's output line by line as it comes; its last bytes."""
-    jobs = sandbox.jobs
-    pending = b""
-    tail = b""
-    for chunk in jobs.follow(job):
-        tail = (tail + chunk)[-_TAIL:]
-        lines = (pending + chunk).split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            say("| " + line.decode(errors="replace").rstrip())
-    if pending:
-        say("| " + pending.decode(errors="replace").rstrip())
-    return tail.decode(errors="replace")
+def _remove_stale_sockets(run_dir: str) -> None:
+    """A dead worker's tunnel sockets (nothing listens on them: it was a thread of it)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(run_dir):
+            if name.startswith("egress-") and name.endswith(".sock"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(run_dir, name))
+
+
+def _network(registries: tuple[str, ...]) -> str:
+    return ", ".join(registries) if registries else "none"
+
+
+def _run(
+    sandbox: DockerSandbox, script: str, env: dict[str, str], limit: float, say: Say
+) -> tuple[int | None, str]:
+    """Run ``script``, showing its output line by line; (exit code, its last bytes). The
+    exit code is :data:`_TIMEOUT_EXIT_CODE` when the host's deadline passed first."""
+    deadline = time.monotonic() + limit
+    line = bytearray()
+    tail = bytearray()
+    chunks = sandbox.stream(script, environment=env)
+    try:
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration as end:
+                code: int | None = end.value
+                break
+            if time.monotonic() > deadline:
+                code = _TIMEOUT_EXIT_CODE
+                break
+            tail += chunk
+            del tail[:-_TAIL]
+            for byte_line in chunk.splitlines(keepends=True):
+                line += byte_line
+                if line.endswith(b"\n") or len(line) >= _LINE:
+                    say("| " + _shown(bytes(line[:_LINE])))
+                    line.clear()
+    finally:
+        chunks.close()
+    if line:
+        say("| " + _shown(bytes(line)))
+    return code, _shown(bytes(tail), keep_newlines=True)
+
+
+def _shown(data: bytes, *, keep_newlines: bool = False) -> str:
+    """Output of the sandbox as it may reach a terminal or a log: no control characters."""
+    text = (
+        data.decode(errors="replace").rstrip("\r\n")
+        if not keep_newlines
+        else data.decode(errors="replace")
+    )
+    return "".join(
+        ch if ch.isprintable() or (keep_newlines and ch in "\n\t") else f"\\x{ord(ch):02x}"
+        for ch in text
+    )
 
 
 def _failure(
     command: str, code: int | None, tail: str, proxy: EgressProxy | None, settings: Settings
 ) -> str:
-    if code == 124:
+    if code == _TIMEOUT_EXIT_CODE:
         limit = f"{settings.setup_timeout_s:g} s (DURABLE_HARNESS_SETUP_TIMEOUT_S)"
         what = f"did not finish within {limit}"
     else:
@@ -163,7 +219,7 @@ def _failure(
     if proxy is not None and proxy.refused():
         parts.append(
             "the egress proxy refused " + ", ".join(proxy.refused()) + " (only "
-            + ", ".join(settings.setup_registries) + " are allowed: "
+            + _network(settings.setup_registries) + " are allowed: "
             "DURABLE_HARNESS_SETUP_REGISTRIES)"
         )  # fmt: skip
     elif proxy is None:
