@@ -100,7 +100,7 @@ def repo(tmp_path: Path, python_image: str) -> Iterator[Path]:
     try:
         for image in client.images.list(name=REPOSITORY):
             for tag in image.tags:
-                client.images.remove(tag)  # an untag: the base image stays
+                client.images.remove(tag, force=True)  # an untag: the base image stays
     finally:
         client.close()
 
@@ -226,4 +226,21 @@ def test_the_devcontainer_is_the_toolchain(harness: Harness, repo: Path, python_
         h.cli("run", "--workspace", "docker", "--image", "./nowhere/", "which python", cwd=repo),
         "no Dockerfile there",
     )
+    # A build that fails (its RUN on the operator's build network, none here): its
+    # progress, then one line with the daemon's reason.
+    commit(
+        repo,
+        {
+            ".devcontainer/devcontainer.json": '{"build": {"dockerfile": "Dockerfile"}}',
+            ".devcontainer/Dockerfile": f"FROM {python_image}\nRUN exit 3\n",
+        },
+    )
+    failed = h.cli(
+        "run", "--workspace", "docker", "which python", cwd=repo,
+        DURABLE_HARNESS_TOOLCHAIN_BUILD_NETWORK="none",
+    )  # fmt: skip
+    assert failed.returncode == 2, failed.stderr
+    last = failed.stderr.strip().splitlines()[-1]
+    assert "building .devcontainer/Dockerfile failed: " in last, failed.stderr
+    assert "returned a non-zero code: 3" in last and "--image IMAGE" in last, last
     assert len(json.loads(h.cli("ls", "--json").stdout)) == sessions
