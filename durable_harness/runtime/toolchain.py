@@ -136,6 +136,8 @@ def repository_toolchain(
             f"toolchain: the devcontainer's image {found.image} ({found.path}); --image "
             "overrides, --no-devcontainer ignores it"
         )
+    else:
+        say(f"toolchain: {found.path} names no image or build: the agent image (give --image)")
     if found.setup is not None:
         if setup_given:
             say(f"setup: --setup is used, not the {'/'.join(found.setup_keys)} of {found.path}")
