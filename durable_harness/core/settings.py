@@ -92,6 +92,14 @@ class Settings(EnvSettings):
     #: Toolchain images a turn's ``image`` may name (``run --image``; exact names as
     #: Docker knows them): the image's programs run in the sandbox.
     allowed_images: ListSetting = ()
+    #: A repository's own Dockerfile (its devcontainer's ``build``, or ``run --image
+    #: PATH``) is built at ``run`` (sandbox/repo_image.py): within this many seconds, from
+    #: a context of at most this many bytes.
+    toolchain_build_timeout: float = Field(default=1800.0, gt=0)
+    toolchain_context_max_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    #: The network of that build's ``RUN`` steps (``host``, ``none``, a network name);
+    #: None: the Docker daemon's default (its bridge).
+    toolchain_build_network: str | None = None
     #: Host tool files a turn may load: ``name=/path/tools.py[:LIST]`` (a turn names the
     #: set) or ``/path/tools.py`` (a ``path:LIST`` spec stored with a turn may name it).
     tool_sets: ListSetting = ()
