@@ -39,7 +39,10 @@ __all__ = [
     "BuildResult",
     "build_image",
     "context_digest",
+    "copy_node",
     "default_image",
+    "host_node",
+    "link_or_copy",
     "list_sandboxes",
     "remove_sandbox",
     "sandbox_checks",
@@ -149,7 +152,7 @@ def _run(command: list[str], say: Say, **kwargs: Any) -> None:
         )
 
 
-def _node() -> tuple[Path, str]:
+def host_node() -> tuple[Path, str]:
     node = shutil.which("node")
     if node is None:
         raise ConfigError("an offline build copies this host's node: install Node.js (20+)")
@@ -169,7 +172,7 @@ def _npm_package() -> Path:
 
 def local_base(client: Any, cache_dir: Path, say: Say, mirror: str = DEBIAN_MIRROR) -> str:
     """The offline base image (built and cached on first use); returns its tag."""
-    node, version = _node()
+    node, version = host_node()
     return debootstrap_image(
         client,
         cache_dir,
@@ -226,7 +229,7 @@ def debootstrap_image(
                 say,
             )
             if node:
-                _copy_node(rootfs, node[0])
+                copy_node(rootfs, node[0])
             for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
                 for item in (rootfs / leftover).glob("*"):
                     if item.is_file():
@@ -245,7 +248,7 @@ def debootstrap_image(
     return tag
 
 
-def _copy_node(rootfs: Path, node: Path) -> None:
+def copy_node(rootfs: Path, node: Path) -> None:
     """This host's node and npm into the root (same glibc family: Debian 12)."""
     bin_dir = rootfs / "usr/local/bin"
     lib_dir = rootfs / "usr/local/lib/node_modules"
@@ -259,7 +262,7 @@ def _copy_node(rootfs: Path, node: Path) -> None:
 
 def prebuilt_clis(root: Path, cache_dir: Path, say: Say) -> Path:
     """``tools/npm`` with ``node_modules`` installed by this host's npm (cached)."""
-    _node_path, version = _node()
+    _node_path, version = host_node()
     h = hashlib.sha256(version.encode())
     for name in ("package.json", "package-lock.json"):
         h.update((root / "tools/npm" / name).read_bytes())
@@ -334,7 +337,7 @@ def build_image(
                     clis / "node_modules",
                     context / "tools/npm/node_modules",
                     symlinks=True,
-                    copy_function=_link_or_copy,
+                    copy_function=link_or_copy,
                 )
             _docker_build(client, context, tag, base, network, digest, say)
         size = int(client.images.get(tag).attrs["Size"])
@@ -345,7 +348,7 @@ def build_image(
     return BuildResult(tag, time.monotonic() - started, size, False)
 
 
-def _link_or_copy(src: str, dst: str) -> None:
+def link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)  # the CLIs are ~800 MB: do not copy them into every context
     except OSError:

@@ -46,13 +46,13 @@ from durable_harness.sandbox.docker_image import (
     SOURCE_LABEL,
     BuildResult,
     Say,
-    _copy_node,
-    _link_or_copy,
-    _node,
     build_image,
     connect,
+    copy_node,
     default_cache_dir,
     default_image,
+    host_node,
+    link_or_copy,
     prebuilt_clis,
     source_root,
 )
@@ -154,7 +154,7 @@ def build_session_image(
 
     started = time.monotonic()
     root = source_root()
-    _node_path, node_version = _node()
+    _node_path, node_version = host_node()
     client = connect(docker_host)
     cache_dir = cache_dir or default_cache_dir()
     try:
@@ -174,7 +174,7 @@ def build_session_image(
             context = Path(tmp)
             (context / "Dockerfile").write_text(DOCKERFILE)
             staged = context / "staged"
-            _copy_node(staged, _node_path)
+            copy_node(staged, _node_path)
             (staged / "usr/local").rename(context / "node")
             npm = context / "tools/npm"
             npm.mkdir(parents=True)
@@ -184,7 +184,7 @@ def build_session_image(
                 clis / "node_modules",
                 npm / "node_modules",
                 symlinks=True,
-                copy_function=_link_or_copy,
+                copy_function=link_or_copy,
             )
             _build(client, context, tag, image, str(source.id), _source_path(source), digest, say)
             labels = client.images.get(tag).labels
