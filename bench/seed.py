@@ -14,12 +14,18 @@ One run, on this machine, against a local World in a temp folder:
   writes it into an empty folder (``core/tree.py write_tree``: what a host folder gets);
 * **beside it**: a plain ``git clone`` of the same repository plus ``cp -a`` of the
   checkout into an empty folder (the host-folder equivalent of ``git clone`` + ``docker
-  cp``; the Docker volume is not measured here);
+  cp``);
+* **the same into Docker** (with ``--docker``, ``DOCKER_HOST`` pointing at a daemon that
+  has the agent image): a child restoring the seed into the session's container is
+  SIGKILLed mid-way, the container and its volumes are removed (the worker's machine is
+  gone), and a new process restores it into a new container
+  (``DockerSandbox.import_state``, container creation included); beside it, ``git
+  clone`` plus ``docker cp`` of the checkout into a new container of the same image;
 * **World bytes per turn**: ``--steps`` tool steps that each change one small file and
   snapshot the workspace, as a turn's steps do: the bytes the World grew by per step.
 
-Run: ``python bench/seed.py [--files 5000] [--mb 100] [--steps 50]``. The last line of the
-output is one JSON object with every figure.
+Run: ``python bench/seed.py [--files 5000] [--mb 100] [--steps 50] [--docker]``. The last
+line of the output is one JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -99,12 +105,73 @@ def restore_child(world_dir: Path, session: str, dest: Path, *, kill: bool = Fal
     return float(out.strip())
 
 
+def docker_restore_child(world_dir: Path, session: str, *, kill: bool = False) -> float:
+    """Restore the session's seed into its Docker container in a new process; with
+    ``kill``, SIGKILL it once the container exists and the restore has begun."""
+    code = (
+        "import sys, time\n"
+        "from durable_harness.core.seed import load_seed\n"
+        "from durable_harness.harness.workspace import SnapshotStore\n"
+        "from durable_harness.sandbox.docker import DockerSandbox\n"
+        "from durable_harness.worlds.local import LocalWorld\n"
+        "w = LocalWorld(sys.argv[1])\n"
+        "t = time.perf_counter()\n"
+        "seed = load_seed(w, w, sys.argv[2])\n"
+        "box = DockerSandbox(sys.argv[2])\n"
+        "box.container_id()\n"
+        "print('started', flush=True)\n"
+        "box.import_state(SnapshotStore(w).load(seed.snapshot))\n"
+        "print(time.perf_counter() - t, flush=True)\n"
+    )
+    args = [sys.executable, "-c", code, str(world_dir), session]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    if kill:
+        proc.stdout.readline()  # the container is there; the restore is under way
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return float("nan")
+    out, _ = proc.communicate(timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"docker restore failed ({proc.returncode})")
+    return float(out.split()[-1])
+
+
+def docker_figures(tmp: Path, repo: Path, session: str, figures: dict[str, float | int]) -> None:
+    from durable_harness.sandbox.docker import DockerSandbox
+
+    docker_restore_child(tmp / "world", session, kill=True)
+    DockerSandbox(session).remove()  # the dead worker's machine, and its volume, are gone
+    start = time.perf_counter()
+    inner = docker_restore_child(tmp / "world", session)
+    figures["docker_restore_after_sigkill_s"] = round(time.perf_counter() - start, 3)
+    figures["docker_restore_inner_s"] = round(inner, 3)
+    box = DockerSandbox(session)
+    image = box.image
+    box.remove()
+    box.close()
+    name = f"dh-bench-plain-{os.getpid()}"
+    start = time.perf_counter()
+    subprocess.run([*GIT, "clone", "-q", str(repo), str(tmp / "plain-docker")], check=True)
+    subprocess.run(["docker", "create", "-q", "--name", name, "-v", f"{name}:/workspace",
+                    image, "sleep", "infinity"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(["docker", "cp", "-q", f"{tmp / 'plain-docker'}/.", f"{name}:/workspace"],
+                   check=True)  # fmt: skip
+    figures["git_clone_plus_docker_cp_s"] = round(time.perf_counter() - start, 3)
+    subprocess.run(["docker", "rm", "-f", "-v", name], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["docker", "volume", "rm", name], check=False, capture_output=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=5000)
     parser.add_argument("--mb", type=float, default=100)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--dir", help="where the temp folders go (default: the system's)")
+    parser.add_argument(
+        "--docker", action="store_true", help="also into a Docker container (DOCKER_HOST)"
+    )
     args = parser.parse_args()
     figures: dict[str, float | int] = {"files": args.files, "mb": args.mb, "steps": args.steps}
     with tempfile.TemporaryDirectory(prefix="dh-bench-seed-", dir=args.dir) as tmp_name:
@@ -145,6 +212,8 @@ def main() -> None:
         )
         subprocess.run(["cp", "-a", str(tmp / "plain"), str(tmp / "copied")], check=True)
         figures["git_clone_plus_cp_s"] = round(time.perf_counter() - start, 3)
+        if args.docker:
+            docker_figures(tmp, repo, session, figures)
 
         # A turn's steps: each changes one small file and snapshots the workspace.
         seed = load_seed(world, world, session)
