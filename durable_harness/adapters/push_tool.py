@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import secrets
 import shlex
 from collections.abc import Callable
@@ -73,14 +74,19 @@ SandboxOpener = Callable[[], AbstractContextManager[Sandbox]]
 
 
 def push_tools(
-    turn: TurnConfig, sandbox: SandboxOpener, max_bytes: int, world: Queue
+    turn: TurnConfig,
+    sandbox: SandboxOpener,
+    max_bytes: int,
+    world: Queue,
+    branches: tuple[str, ...] = ("*",),
 ) -> list[Tool]:
     """``[git_push]`` when the turn has a push remote, else nothing. ``sandbox`` gives the
     turn's sandbox when the tool runs (so a turn that never pushes opens nothing); with a
-    ``ci_repo``, each pushed commit is watched in ``world`` (see :func:`git_push_tool`)."""
+    ``ci_repo``, each pushed commit is watched in ``world`` (see :func:`git_push_tool`);
+    ``branches`` are the operator's patterns (``DURABLE_HARNESS_PUSH_BRANCHES``)."""
     if not turn.push_remote:
         return []
-    return [git_push_tool(turn.push_remote, sandbox, max_bytes, world, turn.ci_repo)]
+    return [git_push_tool(turn.push_remote, sandbox, max_bytes, world, turn.ci_repo, branches)]
 
 
 def git_push_tool(
@@ -89,12 +95,21 @@ def git_push_tool(
     max_bytes: int,
     world: Queue | None = None,
     ci_repo: str | None = None,
+    branches: tuple[str, ...] = ("*",),
 ) -> Tool:
     """The tool. With ``ci_repo``, the commit is watched (``harness/ci_watch.py``) for the
     turn's signal ``ci`` before it is pushed: a CI that reports before the push even
-    returns still finds the turn, and a result for an earlier push no longer counts."""
+    returns still finds the turn, and a result for an earlier push no longer counts. A
+    branch no pattern of ``branches`` matches is refused before the sandbox is touched."""
 
     def git_push(args: GitPushArgs, ctx: ToolContext) -> str:
+        if not any(fnmatch.fnmatchcase(args.branch, pattern) for pattern in branches):
+            allowed = ", ".join(branches) or "none"
+            raise RepositoryError(
+                f"git_push: branch {args.branch!r} is not one this worker pushes to "
+                f"(allowed: {allowed}; the operator's DURABLE_HARNESS_PUSH_BRANCHES): "
+                "push to a branch that matches"
+            )
         with sandbox() as box:
             bundle, ref = take_bundle(box, args.commit, max_bytes)
 

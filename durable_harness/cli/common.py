@@ -41,8 +41,7 @@ def world_flags(p: argparse.ArgumentParser) -> None:
 
 def policy_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
-        "policy over stored turns (docs/configuration.md): a turn may choose among these, "
-        "never widen them"
+        "policy over stored turns (docs/cli.md): a turn may choose among these, never widen them"
     )
     g.add_argument(
         "--tool-set",
@@ -83,6 +82,15 @@ def policy_flags(p: argparse.ArgumentParser) -> None:
         help="a git remote the git_push tool may push to with this worker's credentials "
         "(repeatable); env DURABLE_HARNESS_ALLOWED_PUSH_REMOTES",
     )
+    g.add_argument(
+        "--allowed-setup-command",
+        action="append",
+        dest="allowed_setup_commands",
+        metavar="CMD",
+        help="a setup command turns may carry (run --setup; exact text, '*' for any; "
+        "repeatable): it reaches DURABLE_HARNESS_SETUP_REGISTRIES; "
+        "env DURABLE_HARNESS_ALLOWED_SETUP_COMMANDS",
+    )
 
 
 def settings_of(args: argparse.Namespace, **extra: Any) -> Settings:
@@ -96,6 +104,7 @@ def settings_of(args: argparse.Namespace, **extra: Any) -> Settings:
         workspace_roots=getattr(args, "workspace_roots", None),
         allowed_images=getattr(args, "allowed_images", None),
         allowed_push_remotes=getattr(args, "allowed_push_remotes", None),
+        allowed_setup_commands=getattr(args, "allowed_setup_commands", None),
         **extra,
     )
 

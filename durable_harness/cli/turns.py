@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from durable_harness.cli.common import Commands, policy_flags, report, settings_of, world_flags
@@ -37,11 +38,26 @@ def register(sub: Subparsers) -> Commands:
     )
     run.add_argument(
         "--image",
-        metavar="IMAGE",
+        metavar="IMAGE|PATH",
         help="the repository's toolchain image (Docker workspace; e.g. python:3.12, on the "
-        "Docker host already): the container runs it with node, the agent CLIs and user "
-        "1000 added, built on first use (docs/docker.md); a worker elsewhere runs it only "
-        "if it is in its DURABLE_HARNESS_ALLOWED_IMAGES",
+        "Docker host already), or a Dockerfile (or a folder holding one) built now: the "
+        "container runs it with node, the agent CLIs and user 1000 added, built on first "
+        "use (docs/docker.md); a worker elsewhere runs it only if it is in its "
+        "DURABLE_HARNESS_ALLOWED_IMAGES. Without it, the repository's devcontainer.json "
+        "(its image, or its Dockerfile built now) is used",
+    )
+    run.add_argument(
+        "--no-devcontainer",
+        action="store_true",
+        help="ignore the repository's devcontainer.json: the default agent image, no setup from it",
+    )
+    run.add_argument(
+        "--setup",
+        metavar="CMD",
+        help="a command run in the session's container before the agent (e.g. "
+        "'pip install -e .[dev]'), each time the container is new, with only the package "
+        "registries of DURABLE_HARNESS_SETUP_REGISTRIES reachable (through the harness's "
+        "egress proxy); the agent then runs with no network (docs/coding-task.md)",
     )
     run.add_argument("--session", help="add the turn to this session (it sees the earlier turns)")
     repo_flags(run)
@@ -190,22 +206,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         push_remote=args.push_remote,
         ci_repo=args.ci_repo,
     )
-    if args.image:
-        config["image"] = args.image
+    if args.setup is not None:
+        config["setup"] = args.setup
     if args.agent_config:
         from durable_harness.adapters import read_agent_config
 
         config["agent_config"] = read_agent_config(args.agent_config)
-    from durable_harness.runtime.admission import grant
+    from durable_harness.runtime.toolchain import image_argument, repository_toolchain
+    from durable_harness.sandbox.session_image import stderr_say
 
-    grant(config)  # typed here by the operator: this process may run it
+    if args.image:
+        config["image"] = image_argument(args.image, str(config["workspace"]), settings, stderr_say)
     seed = None
     source = seed_source(args, str(config["workspace"]))
     if source is not None:
         from durable_harness.runtime.seed import prepare_seed
 
+        def toolchain(checkout: Path) -> None:
+            repository_toolchain(
+                checkout,
+                config,
+                settings,
+                stderr_say,
+                source=source,
+                setup_given=getattr(args, "setup", None) is not None or "setup" in config,
+                devcontainer=not args.no_devcontainer,
+            )
+
         seed = prepare_seed(
-            source, config, ref=args.ref, include_uncommitted=args.include_uncommitted
+            source,
+            config,
+            ref=args.ref,
+            include_uncommitted=args.include_uncommitted,
+            on_checkout=None if args.image else toolchain,
         )
         print(f"durable-harness: {seed.describe()} (--no-repo: start empty)", file=sys.stderr)
         if seed.left_out:
@@ -214,6 +247,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "out of the workspace: commit them, or give --include-uncommitted to carry them",
                 file=sys.stderr,
             )
+    from durable_harness.runtime.admission import grant
+
+    # Typed here by the operator (or declared by the repository they seeded from, which
+    # they chose): this process may run it.
+    grant(config)
     with open_configured(settings) as world:
         turn = start_turn(
             world,

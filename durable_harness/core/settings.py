@@ -92,6 +92,14 @@ class Settings(EnvSettings):
     #: Toolchain images a turn's ``image`` may name (``run --image``; exact names as
     #: Docker knows them): the image's programs run in the sandbox.
     allowed_images: ListSetting = ()
+    #: A repository's own Dockerfile (its devcontainer's ``build``, or ``run --image
+    #: PATH``) is built at ``run`` (sandbox/repo_image.py): within this many seconds, from
+    #: a context of at most this many bytes.
+    toolchain_build_timeout: float = Field(default=1800.0, gt=0)
+    toolchain_context_max_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    #: The network of that build's ``RUN`` steps (``host``, ``none``, a network name);
+    #: None: the Docker daemon's default (its bridge).
+    toolchain_build_network: str | None = None
     #: Host tool files a turn may load: ``name=/path/tools.py[:LIST]`` (a turn names the
     #: set) or ``/path/tools.py`` (a ``path:LIST`` spec stored with a turn may name it).
     tool_sets: ListSetting = ()
@@ -106,6 +114,24 @@ class Settings(EnvSettings):
     allowed_push_remotes: ListSetting = ()
     #: The largest bundle of commits ``git_push`` takes out of a sandbox.
     push_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    #: Branch patterns ``git_push`` may push to (shell patterns, ``*`` crossing ``/``):
+    #: ``dh/*,fix/*`` keeps the model off ``main`` whatever the remote protects.
+    push_branches: ListSetting = ("*",)
+    # -- a turn's setup phase (``run --setup``, adapters/cli/setup.py): the only time the
+    # session's container reaches a network, through the harness's egress proxy.
+    #: The ``host:port`` upstreams a setup may reach (exact; empty: no network at all).
+    setup_registries: ListSetting = (
+        "pypi.org:443",
+        "files.pythonhosted.org:443",
+        "registry.npmjs.org:443",
+    )
+    #: Seconds a setup command may run before it is stopped (the turn then fails).
+    setup_timeout_s: float = Field(default=900.0, gt=0)
+    #: Bytes a setup may download through the proxy, over all its connections.
+    setup_max_bytes: int = Field(default=4 * 1024**3, gt=0)
+    #: Setup commands a turn from elsewhere may carry (exact text; ``*``: any), besides
+    #: the ones typed at ``run`` in this process: a setup reaches the registries above.
+    allowed_setup_commands: ListSetting = ()
     _world_flags: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @classmethod

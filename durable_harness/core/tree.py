@@ -80,9 +80,33 @@ def read_tree(
 
     With ``cache``, a file whose (inode, size, mtime, ctime, mode) is what it was at the
     last walk is taken from the cache instead of being read, and the cache is updated.
-    SandboxError, as soon as it is known, if the files hold more than ``max_bytes``.
+    SandboxError, as soon as it is known, if the files hold more than ``max_bytes``, and
+    for a tree nested deeper than the walk can go (``os.fwalk`` recurses, one descriptor
+    per level).
     """
-    base = os.fspath(root)
+    try:
+        return _read_tree(os.fspath(root), cwd, skip, cache, max_bytes)
+    except RecursionError:
+        raise SandboxError(
+            "the workspace is nested too deep to snapshot (hundreds of folders inside one "
+            "another): remove the deepest folders"
+        ) from None
+    except OSError as exc:
+        if exc.errno != errno.EMFILE:
+            raise
+        raise SandboxError(
+            "the workspace is nested too deep to snapshot (one open folder per level ran "
+            "out of descriptors): remove the deepest folders"
+        ) from None
+
+
+def _read_tree(
+    base: str,
+    cwd: str,
+    skip: Iterable[str],
+    cache: TreeCache | None,
+    max_bytes: int | None,
+) -> SandboxState:
     left_out = set(skip)
     started = time.time_ns()
     old = cache.entries if cache is not None else {}

@@ -56,6 +56,9 @@ class TurnConfig(BaseModel):
     #: The repository's toolchain image (Docker workspace): the container runs the session
     #: image derived from it (sandbox/session_image.py).
     image: str | None = None
+    #: The setup command (``run --setup``): run in the session's container before the
+    #: agent, with the operator's registries reachable (adapters/cli/setup.py).
+    setup: str | None = None
 
     @classmethod
     def of(cls, config: Mapping[str, Any] | TurnConfig) -> TurnConfig:

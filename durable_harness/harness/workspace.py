@@ -76,18 +76,24 @@ class SnapshotStore:
             raise CorruptJournal(f"workspace snapshot {digest[:12]} is unreadable: {exc}") from exc
 
     def _load_folder(self, digest: str, prefix: str, into: _Loaded) -> None:
-        node = json.loads(self.world.get_blob(digest))
-        self._stored.add(digest)
-        for name, blob in node.get("files", {}).items():
-            into.files[prefix + _name(name)] = self.world.get_blob(blob)
-            self._stored.add(blob)
-        into.executable.update(prefix + _name(n) for n in node.get("exec", ()))
-        into.links.update({prefix + _name(n): str(t) for n, t in node.get("links", {}).items()})
-        folders = node.get("dirs", {})
-        if not (node.get("files") or node.get("links") or folders) and prefix:
-            into.dirs.add(prefix.rstrip("/"))
-        for name, child in folders.items():
-            self._load_folder(str(child), prefix + _name(name) + "/", into)
+        # A stack, not recursion: a workspace thousands of folders deep loads as any other.
+        pending = [(digest, prefix)]
+        while pending:
+            digest, prefix = pending.pop()
+            node = json.loads(self.world.get_blob(digest))
+            self._stored.add(digest)
+            for name, blob in node.get("files", {}).items():
+                into.files[prefix + _name(name)] = self.world.get_blob(blob)
+                self._stored.add(blob)
+            into.executable.update(prefix + _name(n) for n in node.get("exec", ()))
+            links = node.get("links", {})
+            into.links.update({prefix + _name(n): str(t) for n, t in links.items()})
+            folders = node.get("dirs", {})
+            if not (node.get("files") or links or folders) and prefix:
+                into.dirs.add(prefix.rstrip("/"))
+            pending.extend(
+                (str(child), prefix + _name(name) + "/") for name, child in folders.items()
+            )
 
     def _load_flat(self, manifest: dict[str, Any]) -> SandboxState:
         """A manifest of the first format: every path in one object."""
@@ -139,16 +145,27 @@ class _Folder:
         return (self.folder(head) if head else self), name
 
     def save(self, put: Callable[[bytes], str]) -> str:
-        node: dict[str, object] = {}
-        if self.files:
-            node["files"] = self.files
-        if self.executable:
-            node["exec"] = sorted(self.executable)
-        if self.links:
-            node["links"] = self.links
-        if self.folders:
-            node["dirs"] = {name: child.save(put) for name, child in self.folders.items()}
-        return put(canonical_json(node).encode())
+        """Store this folder and every folder below it (children first, each its own blob);
+        its digest. Iterative: depth costs no stack."""
+        done: dict[int, str] = {}
+        pending: list[tuple[_Folder, bool]] = [(self, False)]
+        while pending:
+            folder, children_done = pending.pop()
+            if not children_done:
+                pending.append((folder, True))
+                pending.extend((child, False) for child in folder.folders.values())
+                continue
+            node: dict[str, object] = {}
+            if folder.files:
+                node["files"] = folder.files
+            if folder.executable:
+                node["exec"] = sorted(folder.executable)
+            if folder.links:
+                node["links"] = folder.links
+            if folder.folders:
+                node["dirs"] = {name: done.pop(id(c)) for name, c in folder.folders.items()}
+            done[id(folder)] = put(canonical_json(node).encode())
+        return done[id(self)]
 
 
 def save_workspace(sandbox: Sandbox, store: SnapshotStore) -> str | None:
@@ -164,6 +181,15 @@ def save_workspace(sandbox: Sandbox, store: SnapshotStore) -> str | None:
     if sandbox.snapshots:
         sandbox.set_snapshot_mark(digest)
     return digest
+
+
+def snapshot_failed(exc: Exception) -> str:
+    """What the model and the log are told when a step's snapshot failed: the step stands,
+    and a lost workspace comes back as the last snapshot that was taken."""
+    return (
+        f"[durable-harness] the workspace could not be saved after this call: {exc}. Until "
+        "it can be, a lost sandbox comes back as it was at the last saved step."
+    )
 
 
 def restore_workspace(sandbox: Sandbox, store: SnapshotStore, digest: str | None) -> bool:

@@ -21,6 +21,8 @@ before anything of the turn is imported or run:
                     credentials in its URL
 ``ci_repo``         the turn's choice: which repository's CI results ``git_push``
                     routes to this turn (it receives them, it causes nothing)
+``setup``           one of ``DURABLE_HARNESS_ALLOWED_SETUP_COMMANDS`` (or ``*`` there):
+                    it runs with the operator's registries reachable
 ``agent_config``    labels a tool ``safe`` only if that is its label anyway or it is in
                     ``DURABLE_HARNESS_SAFE_TOOLS``; ``safe_bash`` patterns only those
                     of ``DURABLE_HARNESS_SAFE_BASH``; ``never`` labels and the
@@ -82,6 +84,7 @@ CHECKED_FIELDS = {
     "image": "one of the allowed images",
     "push_remote": "one of the allowed push remotes, with no credentials in it",
     "ci_repo": "the turn's choice: it routes CI results to this turn only (no side effect)",
+    "setup": "one of the allowed setup commands (it reaches the allowed registries)",
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DEFAULT_LIST = "TOOLS"
@@ -169,6 +172,7 @@ class _Grants:
     agent_configs: set[str] = field(default_factory=set)
     images: set[str] = field(default_factory=set)
     push_remotes: set[str] = field(default_factory=set)
+    setups: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -196,6 +200,8 @@ def grant(config: Mapping[str, Any]) -> None:
             _GRANTS.images.add(turn.image)
         if turn.push_remote:
             _GRANTS.push_remotes.add(_remote_key(turn.push_remote))
+        if turn.setup is not None:
+            _GRANTS.setups.add(turn.setup)
 
 
 @dataclass(frozen=True)
@@ -212,6 +218,7 @@ class Policy:
     images: frozenset[str]
     ceilings: Mapping[str, int]
     push_remotes: frozenset[str] = frozenset()
+    setups: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, settings: Settings) -> Policy:
@@ -235,6 +242,7 @@ class Policy:
                 push_remotes=frozenset(
                     {_remote_key(r) for r in settings.allowed_push_remotes} | _GRANTS.push_remotes
                 ),
+                setups=frozenset(set(settings.allowed_setup_commands) | _GRANTS.setups),
             )
 
 
@@ -283,6 +291,11 @@ def admit(config: Mapping[str, Any] | TurnConfig, settings: Settings) -> Admitte
         )
     if turn.push_remote is not None:
         problems += _push_remote(turn.push_remote, policy)
+    if turn.setup is not None and not ({"*", turn.setup} & policy.setups):
+        problems.append(
+            f"setup {turn.setup!r} is not a setup command this worker allows "
+            "(DURABLE_HARNESS_ALLOWED_SETUP_COMMANDS)"
+        )
     if problems:
         raise TurnRefused("refused by this worker's policy: " + "; ".join(problems))
     return Admitted(effective, int(effective["max_model_calls"]))

@@ -92,6 +92,7 @@ def enqueue_turn(
     base_url: str | None = None,
     agent_config: Mapping[str, Any] | None = None,
     image: str | None = None,
+    setup: str | None = None,
     settings: Settings | None = None,
     push_remote: str | None = None,
     ci_repo: str | None = None,
@@ -106,7 +107,8 @@ def enqueue_turn(
     a spec, not the objects, because any worker on any machine must load the same tools
     when it resumes the turn. With ``session_id`` the turn continues that session (it
     runs after the session's earlier turns). ``image`` names the repository's toolchain
-    image for the Docker workspace (``run --image``). ``push_remote`` (a git URL or path,
+    image for the Docker workspace (``run --image``), ``setup`` the command run in the
+    session's container before the agent (``run --setup``). ``push_remote`` (a git URL or path,
     no credentials in it) offers the agent the ``git_push`` tool, which pushes there from
     the host with the worker's git credentials; with ``ci_repo`` (``github:OWNER/NAME``),
     each pushed commit's CI result comes as signal ``ci`` (``run --ci-repo``). The
@@ -121,9 +123,7 @@ def enqueue_turn(
     config = _config(
         agent, workspace, tools, model, base_url, agent_config, settings, push_remote, ci_repo
     )
-    if image is not None:
-        config["image"] = image  # the repository's toolchain image (docs/docker.md)
-        grant(config)
+    _toolchain(config, image, setup)
     seed = _seed(repo, ref, include_uncommitted, config)
     return start_turn(world, settings, prompt, config, session_id, queue_behind=True, seed=seed)
 
@@ -140,6 +140,7 @@ def run_turn(
     base_url: str | None = None,
     agent_config: Mapping[str, Any] | None = None,
     image: str | None = None,
+    setup: str | None = None,
     settings: Settings | None = None,
     push_remote: str | None = None,
     ci_repo: str | None = None,
@@ -161,9 +162,7 @@ def run_turn(
     config = _config(
         agent, workspace, tools, model, base_url, agent_config, settings, push_remote, ci_repo
     )
-    if image is not None:
-        config["image"] = image  # the repository's toolchain image (docs/docker.md)
-        grant(config)
+    _toolchain(config, image, setup)
     seed = _seed(repo, ref, include_uncommitted, config)
     turn = start_turn(world, settings, prompt, config, session_id, seed=seed)
     worker = make_worker(world, settings, quiet=quiet)
@@ -214,6 +213,16 @@ def _seed(
             raise ConfigError("ref= and include_uncommitted= need repo=: the repository to seed")
         return None
     return prepare_seed(repo, config, ref=ref, include_uncommitted=include_uncommitted)
+
+
+def _toolchain(config: dict[str, Any], image: str | None, setup: str | None) -> None:
+    """The repository's toolchain image and setup command (docs/docker.md), granted."""
+    if image is not None:
+        config["image"] = image
+    if setup is not None:
+        config["setup"] = setup
+    if image is not None or setup is not None:
+        grant(config)
 
 
 def _config(

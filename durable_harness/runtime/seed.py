@@ -16,6 +16,7 @@ Two halves, so bad input records nothing:
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,10 +71,15 @@ def prepare_seed(
     *,
     ref: str | None = None,
     include_uncommitted: bool = False,
+    on_checkout: Callable[[Path], None] | None = None,
 ) -> PreparedSeed:
     """Clone ``source`` (a folder or URL) at ``ref`` and check it against the turn's
     ``config`` (see the module docstring). RepositoryError for a source that is not a
-    repository or an unknown ref, ConfigError for a checkout the workspace cannot take."""
+    repository or an unknown ref, ConfigError for a checkout the workspace cannot take.
+
+    ``on_checkout`` is called with the clean checkout of the commit (before any
+    uncommitted change is carried over, while it exists): ``run`` reads the repository's
+    devcontainer there (runtime/toolchain.py)."""
     turn = TurnConfig.of(config)
     top = None if is_url(source) else find_repository(source)
     if not is_url(source) and top is None:
@@ -88,6 +94,8 @@ def prepare_seed(
     _check_host_folder(turn.workspace, top)
     with tempfile.TemporaryDirectory(prefix="durable-harness-seed-") as tmp:
         checkout = clone_checkout(str(top or source), Path(tmp) / "repo", ref)
+        if on_checkout is not None:
+            on_checkout(checkout.path)
         changes = {} if top is None else uncommitted_paths(top)
         if include_uncommitted and top is not None:
             carry_over(top, checkout.path, changes)

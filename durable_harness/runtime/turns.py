@@ -104,6 +104,13 @@ def start_turn(
             f"--image {typed.image} is the Docker workspace's toolchain: add --workspace docker "
             f"(not {typed.workspace!r})"
         )
+    if typed.setup is not None and not typed.docker:
+        raise ConfigError(
+            "--setup runs in the session's container, before the agent: add --workspace "
+            f"docker (not {typed.workspace!r})"
+        )
+    if typed.setup is not None and not typed.setup.strip():
+        raise ConfigError("--setup is empty: give the command that installs the toolchain")
     get_adapter(str(config["agent"])).check(admit(config, settings).config, settings)
     if session_id is not None and seed is not None:
         raise ConfigError(

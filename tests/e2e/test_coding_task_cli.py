@@ -29,6 +29,7 @@ from support import Harness, ids_of
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.crash import CRASH_EXIT_CODE
 from durable_harness.harness.journal import decode_output
+from durable_harness.sandbox.docker import DockerSandbox
 from durable_harness.worlds import open_world
 
 FINAL = f"CI is green: both bugs are fixed on {BRANCH}."
@@ -144,9 +145,12 @@ def test_cli_fixes_pushes_waits_for_ci_across_crashes(task: Harness, python_imag
     h, project, remote = task, task.tmp / "shop", task.tmp / "remote.git"
     cli = _CLIS[h.env["DH_TEST_CLI"]]
     runs = h.tmp / "ci-runs.txt"
+    # The setup phase runs on the CLI's path too, once for the container (three workers).
+    setup = "echo ran >> ~/setup-runs.txt"
+    h.env["DURABLE_HARNESS_ALLOWED_SETUP_COMMANDS"] = json.dumps([setup])
     queued = h.cli(
         "run", "--detach", "--agent", h.env["DH_TEST_CLI"], "--workspace", "docker",
-        "--image", python_image, "--push-remote", str(remote),
+        "--image", python_image, "--push-remote", str(remote), "--setup", setup,
         "--ci-repo", "github:acme/shop", "Fix the shop",
         cwd=project,
     )  # fmt: skip
@@ -160,6 +164,7 @@ def test_cli_fixes_pushes_waits_for_ci_across_crashes(task: Harness, python_imag
         "worker", "--until-idle", timeout=600, DURABLE_HARNESS_CRASH_AT=f"{cli.push_seq}:after_run"
     )
     assert first.returncode == CRASH_EXIT_CODE, first.stderr + _steps(h, turn_id)
+    assert "setup: done" in first.stderr, first.stderr
     (sha,) = runs.read_text().split()
 
     # 2. The next worker: the CLI is told the push may have happened, pushes again, is told
@@ -198,6 +203,8 @@ def test_cli_fixes_pushes_waits_for_ci_across_crashes(task: Harness, python_imag
 
     # The commit was pushed once and CI ran once for it; the remote's branch has the fix.
     assert runs.read_text().split() == [sha]
+    with DockerSandbox(session) as box:
+        assert box.exec("cat ~/setup-runs.txt").stdout == b"ran\n"
     assert host_git("--git-dir", str(remote), "rev-parse", BRANCH).strip() == sha
     pricing = host_git("--git-dir", str(remote), "show", f"{BRANCH}:shop/pricing.py")
     assert "sum(prices)" in pricing and "price - price * percent" in pricing

@@ -71,3 +71,17 @@ def test_manifests_of_the_first_format_still_load(tmp_path: Path) -> None:
         loaded = SnapshotStore(world).load(digest)
     assert loaded.files == {"a/b.py": b"print(1)\n"}
     assert loaded.executable == {"a/b.py"}
+
+
+def test_a_workspace_1200_folders_deep_saves_and_loads(tmp_path: Path) -> None:
+    # Past Python's recursion limit (1000): one blob per folder, walked with a stack.
+    deep = "/".join(["d"] * 1200)
+    state = SandboxState(
+        files={f"{deep}/leaf.txt": b"at the bottom\n", "top.txt": b"top\n"},
+        cwd="",
+        links={f"{deep}/up": "../../.."},
+        dirs=frozenset({f"{deep}/empty"}),
+    )
+    with open_world("local", data_dir=str(tmp_path / "w")) as world:
+        digest = SnapshotStore(world).save(state)
+        assert SnapshotStore(world).load(digest) == state

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import services_s3
 
 from durable_harness.core.sandbox import SandboxState
 from durable_harness.core.seed import Seed, load_seed, save_seed
@@ -188,10 +189,19 @@ def local_scene(tmp_path: Path) -> Iterator[Scene]:
         yield build_scene(tmp_path, world, ["--world", "local", "--data-dir", str(data_dir)])
 
 
-@pytest.fixture(params=["local", "postgres"])
-def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
+@pytest.fixture(params=["local", "postgres", "s3sqs"])
+def scene(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Scene]:
     if request.param == "local":
         yield request.getfixturevalue("local_scene")
+        return
+    if request.param == "s3sqs":  # a real S3 server (conditional writes) and SQS
+        with services_s3.s3sqs_env(services_s3.seaweedfs().url, services_s3.moto().url) as opts:
+            monkeypatch.setenv("DURABLE_HARNESS_S3_BUCKET", opts["bucket"])
+            monkeypatch.setenv("DURABLE_HARNESS_SQS_QUEUE_URL", opts["queue_url"])
+            with open_world("s3sqs", **opts) as world:
+                yield build_scene(tmp_path, world, ["--world", "s3sqs"])
         return
     server: PostgresServer = request.getfixturevalue("postgres")
     with server.database() as url, open_world("postgres", url=url) as world:

@@ -15,14 +15,19 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from git_http import GitHttpServer
 from support import Harness, ids_of, make_harness
 
+from durable_harness.adapters.push_tool import GitPushArgs, git_push_tool
+from durable_harness.core.errors import RepositoryError
+from durable_harness.core.settings import Settings
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.crash import CRASH_EXIT_CODE
 from durable_harness.harness.journal import decode_output
+from durable_harness.harness.tools import ToolContext
 from durable_harness.sandbox.docker import DockerSandbox
 from durable_harness.worlds import open_world
 
@@ -232,6 +237,25 @@ def test_killed_during_the_push_then_checked_not_repeated(h: Harness) -> None:
     assert [line for line in _pushes(h) if "feature" in line] == [f"refs/heads/feature {sha}"]
     assert h.repeated_requests() == {}
     _assert_secret_stayed_out(h, ids["session"])
+
+
+def test_a_branch_outside_the_operators_patterns_is_refused_untouched() -> None:
+    # DURABLE_HARNESS_PUSH_BRANCHES: refused before the sandbox is opened or git runs.
+    def no_sandbox() -> Any:
+        raise AssertionError("the sandbox was opened for a refused branch")
+
+    tool = git_push_tool("/nowhere.git", no_sandbox, 1 << 20, branches=("dh/*", "fix/*"))
+    ctx = ToolContext(turn_id="turn_x", session_id="ses_x", seq=3)
+    for branch in ("main", "dh", "release/dh/x", "DH/x"):
+        with pytest.raises(RepositoryError) as info:
+            tool.fn(GitPushArgs(branch=branch), ctx)
+        assert f"branch {branch!r} is not one this worker pushes to" in str(info.value)
+        assert "(allowed: dh/*, fix/*; the operator's DURABLE_HARNESS_PUSH_BRANCHES)" in str(
+            info.value
+        )
+    with pytest.raises(AssertionError, match="sandbox was opened"):
+        tool.fn(GitPushArgs(branch="dh/ses_1/fix"), ctx)  # "*" crosses "/"
+    assert Settings().push_branches == ("*",)
 
 
 def test_bad_push_remote_is_one_line_and_nothing_recorded(plain: Harness) -> None:

@@ -37,6 +37,7 @@ from durable_harness.harness.workspace import (
     restore_workspace,
     save_workspace,
     session_snapshot,
+    snapshot_failed,
 )
 from durable_harness.sandbox import open_sandbox
 
@@ -228,7 +229,13 @@ class _Loop:
         self.snapshots = SnapshotStore(run.world)
         turn, settings = TurnConfig.of(run.config), run.settings
         tools = workspace_tools(sandbox) + wait_tools(run.world, run.journal)
-        tools += push_tools(turn, lambda: nullcontext(sandbox), settings.push_max_bytes, run.world)
+        tools += push_tools(
+            turn,
+            lambda: nullcontext(sandbox),
+            settings.push_max_bytes,
+            run.world,
+            settings.push_branches,
+        )
         tools += load_user_tools(turn.tools, [t.name for t in tools])
         self.tools = {t.name: t for t in tools}
         self.model = turn.model or settings.model
@@ -244,6 +251,10 @@ class _Loop:
         # holds it is kept as it is.
         digest = self.journal.latest_meta("workspace") or start.workspace
         restore_workspace(sandbox, self.snapshots, None if digest is None else str(digest))
+        if turn.setup is not None:  # run --setup: once per container
+            from durable_harness.adapters.cli.setup import ensure_setup
+
+            ensure_setup(sandbox, turn, settings)
 
     @property
     def client(self) -> ModelClient:
@@ -336,7 +347,16 @@ class _Loop:
                 except Exception as exc:  # a host tool's failure is its result
                     value = {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
             meta: dict[str, Any] = {}
-            digest = save_workspace(self.sandbox, self.snapshots)
+            try:
+                digest = save_workspace(self.sandbox, self.snapshots)
+            except SandboxError as exc:
+                # The agent's workspace cannot be snapshotted (too big, too deep): the call
+                # stands, the model is told, and a lost container comes back as the last
+                # snapshot until it fixes it; a retry would fail the same way.
+                value = {**value, "is_error": True}
+                value["content"] = f"{value['content']}\n\n{snapshot_failed(exc)}"
+                meta["snapshot_error"] = str(exc)
+                digest = None
             if digest is not None:
                 meta["workspace"] = digest
             return Outcome(value, meta)

@@ -173,7 +173,11 @@ class CliLauncher:
             *load_user_tools(self.turn_config.tools, [*WAIT_TOOL_NAMES, GIT_PUSH]),
             *self.gate.tools,
             *push_tools(
-                self.turn_config, self._push_sandbox, run.settings.push_max_bytes, run.world
+                self.turn_config,
+                self._push_sandbox,
+                run.settings.push_max_bytes,
+                run.world,
+                run.settings.push_branches,
             ),
         ]
 

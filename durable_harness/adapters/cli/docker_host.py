@@ -12,7 +12,8 @@ The way out of the container (``network_mode="none"``: only ``lo``) is one unix 
   can know the next launch's port and listen there first; a launch stored without one
   keeps the port its job id derives) and relays each connection to that socket; the CLI's model
   endpoint, its hooks (``dh-hook.js``) and its MCP host tools all use that URL (Claude
-  Code's through ``dh-mcp.js``, which posts a call again when the worker died under it),
+  Code's, Codex's and OpenCode's through ``dh-mcp.js``, which posts a call again when the
+  worker died under it),
   with the per-launch proxy token. No provider key enters the container.
 
 The CLI and its bridge run as one detached job (``sandbox.jobs``) whose id comes from the
@@ -39,7 +40,7 @@ from durable_harness.core.errors import ConfigError, SandboxError, SandboxUnavai
 from durable_harness.core.settings import ListenerSettings
 from durable_harness.sandbox.docker import RUN_DIR, DockerSandbox
 
-__all__ = ["DockerCliHost", "UnixRelay"]
+__all__ = ["DockerCliHost", "UnixRelay", "bridge_files", "bridge_job", "random_port"]
 
 SOCKET_NAME = "proxy.sock"
 _HOMES = "/home/agent/.durable-harness/cli"
@@ -66,6 +67,26 @@ st=$?
 kill "$b" 2>/dev/null
 exit "$st"
 """
+
+
+def bridge_job(home: str, socket_name: str, port: int, argv: list[str]) -> str:
+    """The job script that serves the run folder's ``socket_name`` on the container's
+    ``127.0.0.1:port`` (``dh-bridge.js``, written into ``home`` with stdin file
+    ``dh-stdin``), runs ``argv`` and stops the bridge when it ends."""
+    return _JOB.format(
+        home=shlex.quote(home),
+        bridge=_BRIDGE_FILE,
+        socket=shlex.quote(f"{RUN_DIR}/{socket_name}"),
+        port=port,
+        limits=bridge_limits(),
+        argv=shlex.join(argv),
+        stdin=_STDIN_FILE,
+    )
+
+
+def bridge_files(stdin: bytes) -> dict[str, bytes]:
+    """The files :func:`bridge_job` expects in its ``home``."""
+    return {_BRIDGE_FILE: BRIDGE.encode(), _HOOK_FILE: HOOK.encode(), _STDIN_FILE: stdin}
 
 
 def bridge_port(job_id: str) -> int:
@@ -172,24 +193,11 @@ class DockerCliHost(CliHost):
 
     def start(self, launch: CliLaunch) -> CliRun:
         home = self.home(launch.job_id)
-        files = {
-            **launch.files,
-            _BRIDGE_FILE: BRIDGE.encode(),
-            _HOOK_FILE: HOOK.encode(),
-            _MCP_FILE: MCP.encode(),
-        }
-        files[_STDIN_FILE] = launch.stdin
+        files = {**launch.files, **bridge_files(launch.stdin), _MCP_FILE: MCP.encode()}
         for rel, data in files.items():
             self.sandbox.write_bytes(f"{home}/{rel}", data)
-        script = _JOB.format(
-            home=shlex.quote(home),
-            bridge=_BRIDGE_FILE,
-            socket=shlex.quote(f"{RUN_DIR}/{SOCKET_NAME}"),
-            port=self._ports.get(launch.job_id) or bridge_port(launch.job_id),
-            limits=bridge_limits(),
-            argv=shlex.join(launch.argv),
-            stdin=_STDIN_FILE,
-        )
+        port = self._ports.get(launch.job_id) or bridge_port(launch.job_id)
+        script = bridge_job(home, SOCKET_NAME, port, launch.argv)
         # Contained: a daemon the CLI's shell tool started dies with the launch, so it
         # cannot wait for the next launch's bridge (and its proxy token).
         self.sandbox.jobs.start(

@@ -13,6 +13,7 @@ the developer's uid); Pi and OpenCode need none, and run there as the unprivileg
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.cli.host import CliHost, HostCliHost, require_unsafe_host
 from durable_harness.adapters.cli.jobs import workspace_of
-from durable_harness.core.errors import ConfigError
+from durable_harness.core.errors import ConfigError, SandboxError
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.world import World
@@ -30,6 +31,7 @@ from durable_harness.harness.workspace import (
     restore_workspace,
     save_workspace,
     session_snapshot,
+    snapshot_failed,
 )
 from durable_harness.sandbox.agent_user import agent_user
 
@@ -91,6 +93,8 @@ class Workspaces:
         self.world: World = run.world
         self.journal: Journal = run.journal
         self.turn = run.turn
+        self.config = TurnConfig.of(run.config)
+        self.settings = run.settings
         self.snapshots = SnapshotStore(self.world)
         self._lock = lock  # the adapter's save lock: one save at a time
 
@@ -99,12 +103,20 @@ class Workspaces:
             self.world, self.turn.session_id, self.turn.index
         )
         restore_workspace(sandbox, self.snapshots, None if digest is None else str(digest))
+        if self.config.setup is not None:  # once per container (imports the Docker SDK)
+            from durable_harness.adapters.cli.setup import ensure_setup
+
+            ensure_setup(sandbox, self.config, self.settings)
 
     def saver(self, sandbox: Sandbox) -> Callable[[], dict[str, Any]]:
         def outcome_meta() -> dict[str, Any]:
             # The workspace as this tool left it: a new container is restored from it.
-            with self._lock:
-                digest = save_workspace(sandbox, self.snapshots)
+            try:
+                with self._lock:
+                    digest = save_workspace(sandbox, self.snapshots)
+            except SandboxError as exc:  # too big or too deep: the outcome stands without
+                print(f"durable-harness: {snapshot_failed(exc)}", file=sys.stderr, flush=True)
+                return {"snapshot_error": str(exc)}
             return {} if digest is None else {"workspace": digest}
 
         return outcome_meta

@@ -50,7 +50,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import docker
@@ -393,6 +393,26 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
                         ) from exc
                     self.client.containers.get(cid).start()
         raise AssertionError("unreachable")
+
+    def stream(
+        self, script: str, *args: str, environment: dict[str, str] | None = None
+    ) -> Generator[bytes, None, int | None]:
+        """Run ``bash -c script dh args…`` as the agent user and yield its stdout as it
+        comes (``b""`` each idle second, for the caller's deadline); the generator returns
+        the exit code as Docker reports it (nothing in the container can forge it)."""
+        cid = self.container_id()
+        command = ["bash", "-c", script, "dh", *args]
+        with self._mapped("running a command"):
+            return (
+                yield from docker_exec.stream(
+                    self.client.api, cid, command, user=USER, environment=environment
+                )
+            )
+
+    def kill_all(self) -> None:
+        """Kill every process of the container but its init and main command (the
+        container stays up): see ``scripts.KILL_ALL``."""
+        self.exec(sh.KILL_ALL, timeout=60)
 
     def remove(self) -> None:
         """Remove the session's container and volumes (its workspace is gone for good,

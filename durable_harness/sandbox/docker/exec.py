@@ -247,6 +247,7 @@ def run(
         selector.close()
         sock.close()
         response.close()
+    return _exit_code(api, exec_id)
 
 
 def stream(
@@ -257,13 +258,14 @@ def stream(
     user: str,
     environment: dict[str, str] | None = None,
     idle: float = 1.0,
-) -> Generator[bytes, None, None]:
-    """Yield the command's stdout as it comes, until it ends (stderr is dropped).
+) -> Generator[bytes, None, int | None]:
+    """Yield the command's stdout as it comes, until it ends (stderr is dropped); the
+    generator's return value is the command's exit code, as Docker reports it.
 
     Yields ``b""`` after every ``idle`` seconds without output, so the caller can check
     its own deadline; closing the generator closes the connection.
     """
-    _exec_id, sock, leftover, response = _start(
+    exec_id, sock, leftover, response = _start(
         api, container_id, command, stdin=False, user=user, environment=environment, workdir=None
     )
     frames = _Frames()
@@ -282,7 +284,7 @@ def stream(
             except BlockingIOError:
                 continue
             if not data:
-                return
+                break
             for kind, payload in frames.feed(data):
                 if kind == _STDOUT:
                     yield payload
@@ -290,3 +292,4 @@ def stream(
         selector.close()
         sock.close()
         response.close()
+    return _exit_code(api, exec_id)

@@ -283,3 +283,32 @@ kill -s "$2" -- "-$p" 2>/dev/null; exit 0
 """
 
 JOB_LIST = f"ls -1 {JOBS} 2>/dev/null; exit 0"
+
+
+# Everything in the container but its init (pid 1), its main command (the oldest child of
+# pid 1: nothing the agent starts can be older) and the caller: before and after a setup
+# phase (adapters/cli/setup.py), so no process of the agent's lives beside the setup's
+# network, and nothing of the setup's outlives it. Repeated while it finds something.
+KILL_ALL = (
+    _REAP
+    + """
+main= best=
+for p in /proc/[0-9]*; do
+  p=${p#/proc/}
+  __dh_stat "$p" || continue
+  [ "$__st_ppid" = 1 ] || continue
+  if [ -z "$best" ] || [ "$__st_start" -lt "$best" ]; then best=$__st_start main=$p; fi
+done
+n=0 hit=1
+while [ "$hit" = 1 ] && [ "$n" -lt 20 ]; do
+  hit=0 n=$((n + 1))
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    case $p in 1|"$$"|"$main") continue ;; esac
+    __dh_stat "$p" || continue
+    [ "$__st_state" = Z ] && continue
+    kill -KILL "$p" 2>/dev/null && hit=1
+  done
+done
+"""
+)
