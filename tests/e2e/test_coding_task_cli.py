@@ -8,9 +8,9 @@ here with even the first job held). The scripted model fixes both bugs at once w
 CLI's own shell tool, commits, pushes with ``git_push`` (the CLI's name for the host
 tool), waits for the signal ``ci`` and ends. The worker dies right after the push ran
 (before its outcome was recorded): the CLI keeps running in its container, and its call
-either fails with the worker (its MCP client gets an error) or is answered by the next
-worker that it may or may not have happened; either way the model pushes again and is
-told it is already pushed. Then it waits, and that worker is SIGKILLed while the turn is
+is posted again (Claude Code's, Codex's and OpenCode's by the stdio relay dh-mcp.js, Pi's
+by its extension) and answered by the next worker that it may or may not have happened;
+the model pushes again and is told it is already pushed. Then it waits, and that worker is SIGKILLed while the turn is
 parked. CI reports with no worker alive, and a last worker finishes the turn. The full
 scenario (two CI rounds, the container lost) is the built-in agent's: test_coding_task.py.
 """
@@ -190,11 +190,10 @@ def test_cli_fixes_pushes_waits_for_ci_across_crashes(task: Harness, python_imag
         tools = [s for s in world.load_steps(turn_id) if s.kind == "tool"]
         names = [s.name for s in tools]
         assert names == [cli.shell_step, "git_push", "git_push", "wait_for_signal"], names
-        # The interrupted push has no outcome: possibly_ran when the resumed CLI was told
-        # so, intent when its call failed with the worker (Claude Code's MCP client got an
-        # error); either way the model's second call is the check.
+        # The interrupted push is finished possibly_ran by the next worker answering the
+        # call posted again; the model's second call is the check.
         assert tools[1].seq == cli.push_seq, _steps(h, turn_id)
-        assert tools[1].status in (StepStatus.POSSIBLY_RAN, StepStatus.INTENT), tools[1]
+        assert tools[1].status is StepStatus.POSSIBLY_RAN, tools[1]
         assert all(s.status is StepStatus.DONE for s in tools if s is not tools[1])
         outputs = [str(decode_output(world, s)) for s in tools]
         assert f"already pushed {sha} to {BRANCH}" in outputs[2], outputs[2]
@@ -210,6 +209,10 @@ def test_cli_fixes_pushes_waits_for_ci_across_crashes(task: Harness, python_imag
     pricing = host_git("--git-dir", str(remote), "show", f"{BRANCH}:shop/pricing.py")
     assert "sum(prices)" in pricing and "price - price * percent" in pricing
     assert h.repeated_requests() == {}
+    # The model's next request after the crash carries the notice as the push's result.
+    rules = [r["rule"] for r in h.requests() if r["rule"] != "title"]
+    after_crash = "check an interrupted push by pushing again"
+    assert rules == ["fix both bugs and commit", "push", after_crash, "wait for ci", "final"]
 
     diff = h.cli("diff", session, cwd=project)
     assert diff.returncode == 0, diff.stderr

@@ -102,14 +102,17 @@ def _launch(ctx: LaunchContext, url: str) -> CliLaunch:
             for event in _HOOK_EVENTS
         }
     }
-    # Always served: the wait tools (cli/waits.py) are host tools too.
-    servers = {
-        SERVER_NAME: {
-            "type": "http",
-            "url": f"{url}/mcp",
-            "headers": {"Authorization": f"Bearer {token}"},
-        }
-    }
+    # Always served: the wait tools (cli/waits.py) are host tools too. In Docker through
+    # the stdio relay: the CLI's own HTTP client gives the model a call the worker's death
+    # cut off as ECONNRESET; the relay posts it again to the next worker, which answers an
+    # interrupted `never` tool "possibly ran" and runs a `safe` one again.
+    relay = host.mcp_command(endpoint)
+    server: dict[str, Any] = (
+        {"type": "http", "url": f"{url}/mcp", "headers": {"Authorization": f"Bearer {token}"}}
+        if relay is None
+        else {"type": "stdio", "command": relay[0], "args": relay[1:]}
+    )
+    servers = {SERVER_NAME: server}
     files = {
         "durable-harness-endpoint.json": json.dumps({"url": url, "token": token}).encode(),
         "durable-harness-settings.json": json.dumps(settings, indent=1).encode(),

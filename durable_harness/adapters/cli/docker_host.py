@@ -11,8 +11,10 @@ The way out of the container (``network_mode="none"``: only ``lo``) is one unix 
   drawn at random for each launch and stored in its plan, so nothing in the container
   can know the next launch's port and listen there first; a launch stored without one
   keeps the port its job id derives) and relays each connection to that socket; the CLI's model
-  endpoint, its hooks (``dh-hook.js``) and its MCP host tools all use that URL, with
-  the per-launch proxy token. No provider key enters the container.
+  endpoint, its hooks (``dh-hook.js``) and its MCP host tools all use that URL (Claude
+  Code's, Codex's and OpenCode's through ``dh-mcp.js``, which posts a call again when the
+  worker died under it),
+  with the per-launch proxy token. No provider key enters the container.
 
 The CLI and its bridge run as one detached job (``sandbox.jobs``) whose id comes from the
 journal. When the worker dies the job runs on; the bridge holds new connections until a
@@ -32,7 +34,7 @@ import shlex
 import threading
 
 from durable_harness.adapters.cli.host import CliHost, CliLaunch, CliRun, Line
-from durable_harness.adapters.cli.node import BRIDGE, HOOK
+from durable_harness.adapters.cli.node import BRIDGE, HOOK, MCP
 from durable_harness.adapters.cli.relay import UnixRelay
 from durable_harness.core.errors import ConfigError, SandboxError, SandboxUnavailable
 from durable_harness.core.settings import ListenerSettings
@@ -44,6 +46,7 @@ SOCKET_NAME = "proxy.sock"
 _HOMES = "/home/agent/.durable-harness/cli"
 _BRIDGE_FILE = "dh-bridge.js"
 _HOOK_FILE = "dh-hook.js"
+_MCP_FILE = "dh-mcp.js"
 _STDIN_FILE = "dh-stdin"
 _versions: dict[tuple[str, str], str] = {}  # (image, binary) -> version
 
@@ -176,6 +179,10 @@ class DockerCliHost(CliHost):
         home = os.path.dirname(endpoint_file)
         return ["node", f"{home}/{_HOOK_FILE}", endpoint_file, event]
 
+    def mcp_command(self, endpoint_file: str) -> list[str] | None:
+        home = os.path.dirname(endpoint_file)
+        return ["node", f"{home}/{_MCP_FILE}", endpoint_file]
+
     def read_file(self, path: str) -> bytes | None:
         return self.sandbox.read_bytes(path)
 
@@ -186,7 +193,7 @@ class DockerCliHost(CliHost):
 
     def start(self, launch: CliLaunch) -> CliRun:
         home = self.home(launch.job_id)
-        files = {**launch.files, **bridge_files(launch.stdin)}
+        files = {**launch.files, **bridge_files(launch.stdin), _MCP_FILE: MCP.encode()}
         for rel, data in files.items():
             self.sandbox.write_bytes(f"{home}/{rel}", data)
         port = self._ports.get(launch.job_id) or bridge_port(launch.job_id)

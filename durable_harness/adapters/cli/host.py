@@ -201,6 +201,13 @@ class CliHost(abc.ABC):
     def hook_command(self, endpoint_file: str, event: str) -> list[str]:
         """The command a CLI hook runs to post ``event`` to the proxy."""
 
+    def mcp_command(self, endpoint_file: str) -> list[str] | None:
+        """The command of a stdio MCP server relaying to the proxy's ``/mcp`` and posting
+        again a call the worker's death cut off (:data:`~.cli.node.MCP`), for a CLI whose
+        launch outlives the worker; None: the CLI reaches ``/mcp`` over HTTP itself (it
+        dies with the worker, and its next launch is told what was interrupted)."""
+        return None
+
     @abc.abstractmethod
     def read_file(self, path: str) -> bytes | None:
         """A file as the CLI sees it (absolute path), or None."""

@@ -23,11 +23,23 @@ tries again until the deadline: every hook is idempotent on the journal (a PreTo
 that finds its intent committed but not finished makes a ``never`` call *possibly ran*;
 a PostToolUse that finds its outcome recorded does nothing). Any other failure exits 2,
 which makes the CLI block the tool.
+
+``MCP``: ``node dh-mcp.js <endpoint.json>``, the host tools as a stdio MCP server (Claude
+Code's ``--mcp-config`` entry in Docker): each JSON-RPC message read on stdin is posted
+to ``/mcp`` through the bridge and the proxy's answer is written back as one line. Its
+point is the worker dying in the middle of a ``tools/call``: the CLI's own HTTP client
+would hand the model the broken connection (``ECONNRESET``) and the step would stay an
+intent; here a message whose connection fails before its whole reply arrived is posted
+again, for up to ten minutes since that failure, and the bridge holds it until the next
+worker serves ``/mcp``. The call is idempotent on the journal, keyed by its
+``tool_use_id``: that worker answers an interrupted ``never`` tool with the *possibly
+ran* notice (and records it so), runs a ``safe`` one again, and gives a recorded result
+back. An HTTP error status is not retried: it becomes the message's JSON-RPC error.
 """
 
 from __future__ import annotations
 
-__all__ = ["BRIDGE", "HOOK"]
+__all__ = ["BRIDGE", "HOOK", "MCP"]
 
 BRIDGE = r"""
 'use strict';
@@ -136,4 +148,114 @@ function send(body) {
 
 process.stdin.on('data', (chunk) => input.push(chunk));
 process.stdin.on('end', () => send(Buffer.concat(input)));
+"""
+
+MCP = r"""
+'use strict';
+const http = require('http');
+const fs = require('fs');
+const [endpointFile] = process.argv.slice(2);
+const WAIT_MS = 600000;
+let pending = 0;
+let ended = false;
+let buffered = '';
+
+function reply(text) {
+  // One message per line: the JSON is written again without the server's whitespace.
+  process.stdout.write(JSON.stringify(JSON.parse(text)) + '\n');
+}
+
+function failWith(message, text) {
+  if (message.id !== undefined && message.method !== undefined) {
+    const error = { code: -32603, message: text };
+    reply(JSON.stringify({ jsonrpc: '2.0', id: message.id, error }));
+  }
+}
+
+function done() {
+  pending -= 1;
+  if (ended && pending === 0) process.exit(0);
+}
+
+function post(body, message, failingSince) {
+  let endpoint;
+  try {
+    endpoint = JSON.parse(fs.readFileSync(endpointFile, 'utf8'));
+  } catch (err) {
+    failWith(message, 'durable-harness endpoint unreadable: ' + err.message);
+    return done();
+  }
+  let settled = false;
+  const retry = (err) => {
+    if (settled) return;
+    settled = true;
+    const since = failingSince || Date.now();
+    if (Date.now() - since > WAIT_MS) {
+      failWith(message, 'durable-harness is not reachable: ' + err.message);
+      return done();
+    }
+    setTimeout(() => post(body, message, since), 300);
+  };
+  const request = http.request(new URL('/mcp', endpoint.url), {
+    method: 'POST',
+    agent: false,
+    headers: {
+      'Content-Type': 'application/json',
+      'Content-Length': body.length,
+      'Accept': 'application/json, text/event-stream',
+      'Authorization': 'Bearer ' + endpoint.token,
+    },
+  }, (response) => {
+    const chunks = [];
+    response.on('data', (chunk) => chunks.push(chunk));
+    response.on('error', retry);
+    response.on('aborted', () => retry(new Error('reply cut off')));
+    response.on('end', () => {
+      if (settled) return;
+      settled = true;
+      const text = Buffer.concat(chunks).toString('utf8');
+      if (response.statusCode === 200 && text.trim()) {
+        try {
+          reply(text);
+        } catch (err) {
+          failWith(message, 'durable-harness answered what is not JSON: ' + text.slice(0, 500));
+        }
+      } else if (response.statusCode !== 200 && response.statusCode !== 202) {
+        const status = response.statusCode;
+        failWith(message, 'durable-harness answered ' + status + ': ' + text.slice(0, 500));
+      }
+      done();
+    });
+  });
+  request.on('error', retry);
+  request.end(body);
+}
+
+function handle(line) {
+  if (!line.trim()) return;
+  let message = {};
+  try {
+    const parsed = JSON.parse(line);
+    if (parsed && typeof parsed === 'object') message = parsed;
+  } catch (err) {
+    // Posted as it is: the server answers a malformed message itself.
+  }
+  pending += 1;
+  post(Buffer.from(line, 'utf8'), message, null);
+}
+
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (chunk) => {
+  buffered += chunk;
+  let at;
+  while ((at = buffered.indexOf('\n')) >= 0) {
+    handle(buffered.slice(0, at));
+    buffered = buffered.slice(at + 1);
+  }
+});
+process.stdin.on('end', () => {
+  handle(buffered);
+  ended = true;
+  if (pending === 0) process.exit(0);
+});
 """

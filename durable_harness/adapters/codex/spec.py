@@ -259,17 +259,26 @@ def _config_toml(ctx: LaunchContext, url: str) -> str:
         f'env_key = "{TOKEN_ENV}"\n'
         f"request_max_retries = {retries}\n"
         f"stream_max_retries = {retries}\n"
-        # The harness's own MCP server: the host tools (streamable HTTP, the proxy's
-        # per-launch token as bearer, read from the same variable as the model key).
         f'\n[mcp_servers."{SERVER_NAME}"]\n'
-        f"url = {json.dumps(url + '/mcp')}\n"
-        f'bearer_token_env_var = "{TOKEN_ENV}"\n'
+        f"{_mcp_server(ctx, url)}"
         # Measured: without `required`, Codex starts its first model request after ~2 s
         # whether or not the server listed its tools, so the request's tools (and its
         # journal key) would depend on timing; `required` makes it wait (or fail).
         "required = true\n"
         "startup_timeout_sec = 60\n"
     )
+
+
+def _mcp_server(ctx: LaunchContext, url: str) -> str:
+    """How Codex reaches the harness's own MCP server, the host tools: in Docker the stdio
+    relay (its own client gave the model a call the worker's death cut off as "error
+    sending request"; the relay posts it again to the next worker, which answers an
+    interrupted ``never`` tool "possibly ran"); else streamable HTTP, the proxy's
+    per-launch token as bearer, read from the same variable as the model key."""
+    relay = ctx.host.mcp_command(f"{ctx.home}/durable-harness-endpoint.json")
+    if relay is not None:
+        return f"command = {json.dumps(relay[0])}\nargs = {json.dumps(relay[1:])}\n"
+    return f'url = {json.dumps(url + "/mcp")}\nbearer_token_env_var = "{TOKEN_ENV}"\n'
 
 
 def _wiring(ctx: LaunchContext, hooks: ToolHooks, saver: BeforeIntent | None) -> Wiring:

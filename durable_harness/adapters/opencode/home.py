@@ -88,6 +88,7 @@ def home_files(
     mcp: bool = False,
     retry: bool = False,
     api: str = "anthropic",
+    mcp_command: list[str] | None = None,
 ) -> tuple[dict[str, bytes], dict[str, str]]:
     """The files of a launch's private HOME ``home`` (HOME-relative paths: the provider
     pointed at ``model_url`` with ``token`` as its key, the journaling plugin, the endpoint
@@ -121,14 +122,14 @@ def home_files(
         "share": "disabled",
     }
     if mcp:
-        config["mcp"] = {
-            SERVER_NAME: {
-                "type": "remote",
-                "url": f"{harness_url}/mcp",
-                "headers": {"Authorization": f"Bearer {token}"},
-                "enabled": True,
-            }
-        }
+        # ``mcp_command`` (Docker): the stdio relay, which posts a call again when the
+        # worker died under it (OpenCode's own client gives the model the broken
+        # connection); else the proxy's /mcp over HTTP.
+        server: dict[str, object] = {"type": "local", "command": mcp_command}
+        if mcp_command is None:
+            bearer = {"Authorization": f"Bearer {token}"}
+            server = {"type": "remote", "url": f"{harness_url}/mcp", "headers": bearer}
+        config["mcp"] = {SERVER_NAME: {**server, "enabled": True}}
     config_dir = ".config/opencode"
     plugin = resources.files("durable_harness.adapters.opencode").joinpath(PLUGIN_FILE)
     # OpenCode installs @opencode-ai/plugin into a config folder at start unless a

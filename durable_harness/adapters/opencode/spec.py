@@ -64,6 +64,7 @@ from durable_harness.adapters.cli.records import previous_turn_transcript, resum
 from durable_harness.adapters.cli.spec import BeforeIntent, CliSpec, LaunchContext, Wiring
 from durable_harness.adapters.opencode.home import (
     DATABASE,
+    ENDPOINT_FILE,
     OPENCODE_ENV,
     OPENCODE_VERSION,
     home_files,
@@ -207,6 +208,7 @@ def _launch(ctx: LaunchContext, endpoint: str) -> CliLaunch:
         mcp=True,  # the host tools and the wait tools
         retry=ctx.host.durable,
         api=_config(ctx).provider.api,
+        mcp_command=ctx.host.mcp_command(f"{ctx.home}/{ENDPOINT_FILE}"),
     )
     files.update(ctx.restored)
     argv = [ctx.binary, "run", "--format", "json"]

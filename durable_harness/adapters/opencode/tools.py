@@ -15,18 +15,25 @@ call with the same arguments (that call would get the old result and never run),
 served id (claimed in this worker, or with an outcome in the journal) is passed over while
 a fresh one waits; it is paired only when nothing else is, and then gets its recorded
 result, never a second run.
+
+A call posted again by the stdio relay (``dh-mcp.js``, in Docker) after its worker died
+finds no announcement in the new worker: it takes the id of the interrupted call with
+the same tool and arguments, an intent in the journal (:meth:`OpenCodeHostTools.
+_interrupted`), and is answered from it.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
+from durable_harness.adapters.cli.host import stored_input
 from durable_harness.adapters.cli.mcp import SERVER_NAME, TOOL_USE_META, HostToolServer
 from durable_harness.core.canonical import canonical_json
-from durable_harness.core.keys import tool_key
+from durable_harness.core.keys import tool_key, tool_use_id_of
 from durable_harness.core.types import StepStatus
 
 __all__ = ["HOST_TOOL_PREFIX", "CallIds", "OpenCodeHostTools"]
@@ -92,9 +99,31 @@ class OpenCodeHostTools(HostToolServer):
         if not meta.get(TOOL_USE_META):
             name, arguments = str(params.get("name") or ""), params.get("arguments")
             call_id = self.call_ids.claim(name, arguments, self._served)
+            if call_id is None:
+                call_id = self._interrupted(name, arguments)
             if call_id is not None:
                 meta[TOOL_USE_META] = call_id
         return super().call({**params, "_meta": meta})
+
+    def _interrupted(self, name: str, arguments: Any) -> str | None:
+        """The id of a call of this tool with these arguments that an earlier worker
+        began and never finished (an intent in the journal; a model-made id this worker
+        has not served): OpenCode's call posted again by the stdio relay after that
+        worker died, whose announcement died with it. Answered as any call with that id
+        (a ``never`` tool *possibly ran*, a ``safe`` one runs again)."""
+        wanted = _arguments_key(arguments)
+        for step in sorted(self.journal.recorded.values(), key=lambda s: s.seq):
+            if step.kind != "tool" or step.name != name or step.status is not StepStatus.INTENT:
+                continue
+            call_id = tool_use_id_of(step.key)
+            if self.ledger is not None and (
+                self.ledger.claimed(call_id) or self.ledger.find(call_id) is None
+            ):
+                continue
+            stored = json.loads(stored_input(self.journal.world, step))
+            if _arguments_key(stored) == wanted:
+                return call_id
+        return None
 
     def _served(self, call_id: str) -> bool:
         """Whether the call ``call_id`` was already served: claimed in this worker, or
