@@ -2,9 +2,10 @@
 session's container, for as long as its setup command runs, to the package registries the
 operator allows.
 
-It is a ``CONNECT``-only tunnel in the worker's process (one event loop in one thread, as
-:class:`~.relay.UnixRelay`), on a unix socket in the session's run folder, which the
-container has mounted read-only at ``/run/durable-harness``; ``dh-bridge.js`` serves that
+It is a ``CONNECT``-only tunnel in the worker's process (one event loop in one thread, a
+:class:`~.unix_server.UnixServer` as :class:`~.relay.UnixRelay` is), on a unix socket in
+the session's run folder, which the container has mounted read-only at
+``/run/durable-harness``; ``dh-bridge.js`` serves that
 socket on the container's loopback and the setup command gets ``HTTP(S)_PROXY`` pointing
 there. Registries are HTTPS, so the tunnel never reads what passes through it: TLS stays
 end to end between the client and the registry. The request is parsed by h11 (the HTTP/1.1
@@ -31,16 +32,14 @@ import base64
 import binascii
 import contextlib
 import hmac
-import os
 import re
 import secrets
-import socket
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import h11
 
+from durable_harness.adapters.cli.unix_server import UnixServer
 from durable_harness.core.errors import SandboxUnavailable
 from durable_harness.core.settings import ListenerSettings
 
@@ -68,81 +67,31 @@ class EgressStats:
     active: int = 0
 
 
-class EgressProxy:
-    """The tunnel on ``socket_path`` (see the module docstring); a context manager."""
+class EgressProxy(UnixServer):
+    """The tunnel on ``socket_path`` (see the module docstring; the socket's lifecycle:
+    :class:`~.unix_server.UnixServer`); a context manager. SandboxUnavailable when it
+    cannot listen."""
 
     def __init__(self, socket_path: str, registries: Sequence[str], max_bytes: int) -> None:
-        self.socket_path = socket_path
         self.registries = frozenset(r.strip().lower() for r in registries if r.strip())
         self.max_bytes = max_bytes
         self.token = secrets.token_urlsafe(24)
         self._expected = base64.b64encode(f"{_USER}:{self.token}".encode())
         self.read_timeout = ListenerSettings.load().listener_read_timeout_s
         self.stats = EgressStats()
-        self._listener: socket.socket | None = None
-        self._inode = 0
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="setup-egress", daemon=True)
+        try:
+            super().__init__(socket_path, "setup-egress")
+        except OSError as exc:
+            raise SandboxUnavailable(f"the setup's egress proxy could not listen: {exc}") from exc
 
     def proxy_url(self, port: int) -> str:
         """The URL a client in the container uses (the bridge's port on its loopback)."""
         return f"http://{_USER}:{self.token}@127.0.0.1:{port}"
 
-    # -- lifecycle --------------------------------------------------------------------
-
-    def start(self) -> EgressProxy:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)  # a dead worker's
-        try:
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(self.socket_path)
-            os.chmod(self.socket_path, 0o666)  # the container's user (uid 1000) connects
-            listener.listen(64)
-        except OSError as exc:
-            raise SandboxUnavailable(f"the setup's egress proxy could not listen: {exc}") from exc
-        self._listener = listener
-        self._inode = os.stat(self.socket_path).st_ino
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self._serve())
-        finally:
-            self._loop.close()
-
-    async def _serve(self) -> None:
-        self._stop = asyncio.Event()
-        server = await asyncio.start_unix_server(self._client, sock=self._listener)
-        self._ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            server.close()
-            for writer in list(self._writers):
-                writer.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    def close(self) -> None:
-        """Stop serving, close every tunnel, remove the socket if it is still ours."""
-        stop = self._stop
-        if stop is not None and self._thread.is_alive():
-            with contextlib.suppress(RuntimeError):  # the loop already ended
-                self._loop.call_soon_threadsafe(stop.set)
-            self._thread.join(10)
-        with contextlib.suppress(OSError):
-            if os.stat(self.socket_path).st_ino == self._inode:
-                os.unlink(self.socket_path)
-        if self._listener is not None:
-            self._listener.close()
+    def _closing(self) -> None:
+        for writer in list(self._writers):
+            writer.close()
 
     def __enter__(self) -> EgressProxy:
         return self.start()
@@ -152,7 +101,7 @@ class EgressProxy:
 
     # -- one client ------------------------------------------------------------------
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stats = self.stats
         if stats.active >= MAX_CONNECTIONS or stats.capped:
             writer.close()

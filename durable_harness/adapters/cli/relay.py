@@ -19,13 +19,11 @@ behind it are (``harness/listener/``), with the operator's ``ListenerSettings``:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import socket
-import threading
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from durable_harness.adapters.cli.unix_server import UnixServer
 from durable_harness.core.settings import ListenerSettings
 
 __all__ = ["RelayStats", "UnixRelay"]
@@ -45,10 +43,9 @@ class RelayStats:
     silent: int = 0
 
 
-class UnixRelay:
+class UnixRelay(UnixServer):
     """Serve a TCP endpoint (the proxy) on a unix socket at ``path``, bounded as the module
-    docstring says. A stale socket at ``path`` (a dead worker's) is replaced;
-    :meth:`close` removes the socket only if it is still this relay's."""
+    docstring says (the socket's lifecycle: :class:`~.unix_server.UnixServer`)."""
 
     def __init__(
         self,
@@ -60,49 +57,13 @@ class UnixRelay:
     ) -> None:
         parts = urlsplit(target_url)
         self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
-        self.path = path
         settings = ListenerSettings.load()
         self.max_connections = max_connections or settings.listener_max_connections
         self.read_timeout = read_timeout or settings.listener_read_timeout_s
         self.stats = RelayStats()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(path)
-        os.chmod(path, 0o666)  # the container's user (uid 1000) connects
-        self._inode = os.stat(path).st_ino
-        self._listener.listen(128)
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="unix-relay", daemon=True)
+        super().__init__(path, "unix-relay")
 
-    def start(self) -> UnixRelay:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self._serve())
-        finally:
-            self._loop.close()
-
-    async def _serve(self) -> None:
-        self._stop = asyncio.Event()
-        server = await asyncio.start_unix_server(self._relay, sock=self._listener)
-        self._ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stats = self.stats
         if stats.active >= self.max_connections:
             stats.over_cap += 1
@@ -149,17 +110,6 @@ class UnixRelay:
             stats.active -= 1
             for each in writers:
                 each.close()
-
-    def close(self) -> None:
-        stop = self._stop
-        if stop is not None and self._thread.is_alive():
-            with contextlib.suppress(RuntimeError):  # the loop already ended
-                self._loop.call_soon_threadsafe(stop.set)
-            self._thread.join(5)
-        with contextlib.suppress(OSError):
-            if os.stat(self.path).st_ino == self._inode:
-                os.unlink(self.path)
-        self._listener.close()
 
 
 async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> bool:
