@@ -99,8 +99,11 @@ def repo(tmp_path: Path, python_image: str) -> Iterator[Path]:
     client = docker.from_env()
     try:
         for image in client.images.list(name=REPOSITORY):
+            # A build that adds nothing to its FROM is the base image under one more tag:
+            # image.tags lists the base's own tags too, which other tests use.
             for tag in image.tags:
-                client.images.remove(tag, force=True)  # an untag: the base image stays
+                if tag.startswith(f"{REPOSITORY}:"):
+                    client.images.remove(tag, force=True)  # an untag: the base image stays
     finally:
         client.close()
 
