@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx2
 
 from durable_harness.testing.fake_model import FakeModelServer
 
@@ -116,3 +119,44 @@ def make_harness(tmp: Path, script: Path, lease: str = "1") -> Iterator[Harness]
 DEMO_TOOLS = f"{DEMO / 'tools.py'}:TOOLS"
 DEMO_PROMPT = "Refund order 42, then note the refund in refunds.md."
 DEMO_REPLY = "Refunded order 42 once and noted it in refunds.md."
+
+
+@dataclass
+class Serve:
+    proc: subprocess.Popen[str]
+    url: str
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def http(self, token: str | None = None) -> httpx2.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx2.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        self.proc.wait(timeout=15)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+#: Every `serve` a test started (tests/server/conftest.py kills the ones a failing test
+#: left running).
+STARTED_SERVES: list[subprocess.Popen[str]] = []
+
+
+def start_serve(h: Harness, port: int = 0, **env: str) -> Serve:
+    """`durable-harness serve` as a real subprocess of the harness, once it listens."""
+    proc = h.popen("serve", "--port", str(port), **env)
+    STARTED_SERVES.append(proc)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening on " not in line:
+        proc.kill()
+        _out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"serve did not start: {line!r} {err}")
+    return Serve(proc, line.split("listening on ", 1)[1].split(" ", 1)[0])

@@ -17,6 +17,7 @@ from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import VIRTUAL, TurnConfig
 from durable_harness.core.types import Turn
 from durable_harness.core.world import World
+from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.journal import Journal
 
 
@@ -36,6 +37,12 @@ class TurnRun:
     def turn_config(self) -> TurnConfig:
         """The typed view of :attr:`config`."""
         return TurnConfig.of(self.turn.config)
+
+    @property
+    def cancel(self) -> Cancellation:
+        """The turn's cancel request (the journal's): an adapter whose agent does not stop
+        at its next step by itself (a CLI in its own process) registers a stopper here."""
+        return self.journal.cancel
 
 
 class Adapter(abc.ABC):

@@ -4,8 +4,9 @@ runtime; testing/ for ``demo``, ``fake-model`` and ``crash-matrix``). Nothing el
 One module per group of commands, each adding its parsers and handlers in ``register``
 (a new command is a function there, or a new module and one line in :data:`_GROUPS`):
 :mod:`.turns` (run, worker, resume, replay), :mod:`.world` (ls, show, signal, watch,
-signal-server, doctor), :mod:`.changes` (diff, apply, export), :mod:`.sandbox`,
-:mod:`.demos` (demo, crash-matrix, fake-model); :mod:`.common` holds the flags they share.
+signal-server, doctor), :mod:`.serve` (serve, token), :mod:`.changes` (diff, apply,
+export), :mod:`.sandbox`, :mod:`.demos` (demo, crash-matrix, fake-model); :mod:`.common`
+holds the flags they share.
 
 Exit codes: 0 success, 1 the turn failed, 2 bad input (one line on stderr saying what to
 do), 86 a crash injected with DURABLE_HARNESS_CRASH_AT.
@@ -17,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from durable_harness.cli import changes, demos, sandbox, turns, world
+from durable_harness.cli import changes, demos, sandbox, serve, turns, world
 from durable_harness.cli.common import Commands
 from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.version import __version__
@@ -36,7 +37,7 @@ Start with `durable-harness demo`.
 """
 
 #: The command groups, in the order ``--help`` lists their commands.
-_GROUPS = (turns, world, changes, sandbox, demos)
+_GROUPS = (turns, world, serve, changes, sandbox, demos)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, Commands]:

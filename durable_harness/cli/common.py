@@ -126,6 +126,9 @@ def report(turn: Any) -> int:
     if turn.status is TurnStatus.FAILED:
         print(f"durable-harness: turn {turn.turn_id} failed: {turn.error}", file=sys.stderr)
         return 1
+    if turn.status is TurnStatus.CANCELLED:
+        print(f"durable-harness: turn {turn.turn_id} was cancelled: {turn.error}", file=sys.stderr)
+        return 1
     print(
         f"durable-harness: turn {turn.turn_id} is {turn.status.value}"
         + (f" (last error: {turn.error})" if turn.error else "")

@@ -1,5 +1,5 @@
-"""The commands that read and poke a World: ``ls``, ``show``, ``signal``, ``watch``,
-``signal-server``, ``doctor``."""
+"""The commands that read and poke a World: ``ls``, ``show``, ``signal``, ``cancel``,
+``watch``, ``signal-server``, ``doctor``."""
 
 from __future__ import annotations
 
@@ -36,6 +36,21 @@ def register(sub: Subparsers) -> Commands:
     )
     world_flags(sig)
 
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel a turn: its worker stops the agent and ends it `cancelled`",
+        description=(
+            "Record a cancel request for TURN in the World and return. A queued or waiting "
+            "turn ends `cancelled` when a worker next claims it, before anything of it runs; "
+            "a running turn's worker notices within DURABLE_HARNESS_CANCEL_POLL_SECONDS (1 s), "
+            "starts no new step, kills the agent's CLI and ends the turn `cancelled`. What "
+            "finished stays in the journal, and the session's next turn continues from it."
+        ),
+    )
+    cancel.add_argument("turn", metavar="TURN")
+    cancel.add_argument("--reason", default=None, help="why (kept as the turn's error)")
+    world_flags(cancel)
+
     watch = sub.add_parser(
         "watch",
         help="route CI webhooks (signal-server /v1/webhooks/...) for a repository to a turn",
@@ -62,6 +77,7 @@ def register(sub: Subparsers) -> Commands:
         "ls": cmd_ls,
         "show": cmd_show,
         "signal": cmd_signal,
+        "cancel": cmd_cancel,
         "signal-server": cmd_signal_server,
         "watch": cmd_watch,
         "doctor": cmd_doctor,
@@ -87,16 +103,36 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
+    from durable_harness.harness.events import signal_received
+    from durable_harness.runtime.cancel import refuse_reserved_signal
     from durable_harness.runtime.signals import parse_payload
 
+    refuse_reserved_signal(args.name)
     payload = parse_payload(args.data)
     with open_configured(settings_of(args)) as world:
         fresh = world.send_signal(args.turn, args.name, payload, args.delivery_id)
+        signal_received(world, args.turn, args.name, payload, args.delivery_id)
         status = world.get_turn(args.turn).status.value
     if fresh:
         print(f"signal {args.name!r} delivered to turn {args.turn} ({status})")
     else:
         print(f"signal {args.name!r} was already delivered to turn {args.turn}; ignored")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.cancel import DEFAULT_REASON, request_cancel
+
+    with open_configured(settings_of(args)) as world:
+        requested = request_cancel(world, args.turn, args.reason or DEFAULT_REASON)
+        turn = world.get_turn(args.turn)
+    if requested:
+        print(
+            f"cancel requested for turn {args.turn} ({turn.status.value}): its worker ends it "
+            "`cancelled` (see `durable-harness show`)"
+        )
+    else:
+        print(f"turn {args.turn} had already finished ({turn.status.value}); nothing to cancel")
     return 0
 
 

@@ -26,7 +26,9 @@ with ``raise WorldError(...) from exc`` so callers never catch a driver's except
     │                           missing, container gone): retried, never a tool result
     ├── ModelError              the model endpoint failed; the step is not recorded as done
     ├── TurnFailed              the agent cannot finish this turn (e.g. too many model calls)
-    └── TurnSuspended           not a failure: a wait step parks the turn (no worker holds it)
+    ├── TurnSuspended           not a failure: a wait step parks the turn (no worker holds it)
+    └── TurnCancelled           not a failure: the turn was asked to stop (``cancel``); no
+                                new step starts, the worker ends it ``cancelled``
 
 Messages that a user can cause say what to do next.
 """
@@ -137,3 +139,14 @@ class TurnSuspended(DurableHarnessError):
         self.signal = signal
         #: How many signals of that name the wait looked at: one more wakes the turn.
         self.seen = seen
+
+
+class TurnCancelled(DurableHarnessError):
+    """Raised where a cancelled turn would begin a new step (``Journal._begin``) or when
+    its running agent was stopped for the cancel: the worker ends the turn ``cancelled``
+    (``World.cancel_turn``). The steps finished before stay in the journal, and a later
+    turn of the session continues from them."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the turn was cancelled: {reason}")
+        self.reason = reason

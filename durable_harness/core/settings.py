@@ -65,6 +65,12 @@ class Settings(EnvSettings):
     lease_seconds: float = 30.0
     max_attempts: int = 5
     poll_seconds: float = 0.5
+    #: How often a worker looks for a cancel request of the turn it runs (one World read
+    #: per interval, none per step): a cancel stops the agent within about this long.
+    cancel_poll_seconds: float = Field(default=1.0, gt=0)
+    #: How often a model step's streamed text is appended to the turn's event log (one
+    #: ``text.delta`` per interval at most): lower is livelier, higher writes less.
+    event_flush_seconds: float = Field(default=0.05, gt=0, le=10)
     model: str = "claude-sonnet-4-5"
     max_tokens: int = 4096
     max_model_calls: int = 50
@@ -204,6 +210,43 @@ class WebhookSettings(EnvSettings):
     def secret(self, provider: str) -> str:
         value = self.github_webhook_secret if provider == "github" else self.gitlab_webhook_token
         return "" if value is None else value.get_secret_value()
+
+
+class ServeSettings(EnvSettings):
+    """``durable-harness serve``, the HTTP API for apps (``server/``): the operator's
+    limits on its tenants. ``DURABLE_HARNESS_API_*``; 0 turns a rate limit off."""
+
+    #: Turns a tenant may start per minute (a fixed window of the World's clock, counted
+    #: in the World: every ``serve`` process shares it). Past it: 429 with Retry-After.
+    api_turns_per_minute: int = Field(default=60, ge=0)
+    #: Unfinished (queued, running, waiting) turns a tenant may have at once.
+    api_max_concurrent_turns: int = Field(default=10, ge=0)
+    #: The largest request body (a prompt, a signal's payload): 413 past it.
+    api_max_body_bytes: int = Field(default=1024 * 1024, gt=0)
+    #: Seconds between the SSE stream's heartbeat comments (proxies close silent streams).
+    api_heartbeat_s: float = Field(default=15.0, gt=0)
+    #: Events held for one stream connection that has not read them yet; past it the
+    #: follower leaves the rest in the World until the client catches up.
+    api_stream_buffer: int = Field(default=1000, gt=0)
+    #: Event streams one tenant may hold open on one ``serve`` at once (429 past it): a
+    #: stream of a turn that never ends holds a connection, and connections are shared.
+    api_max_streams_per_tenant: int = Field(default=20, gt=0)
+    #: Seconds a stream stays open before the server ends it; the client resumes from
+    #: ``Last-Event-ID`` (``durable_harness.client`` does by itself). Bounds what an idle
+    #: stream holds, and how long a revoked token's stream lasts at most.
+    api_stream_max_s: float = Field(default=600.0, gt=0)
+    #: Signals a tenant may post per minute (``POST /v1/turns/{id}/signals/{name}``), and
+    #: sessions it may create per minute: each is stored in the World.
+    api_signals_per_minute: int = Field(default=600, ge=0)
+    api_sessions_per_minute: int = Field(default=60, ge=0)
+    #: The largest signal payload (bytes of JSON): 413 past it.
+    api_max_signal_bytes: int = Field(default=64 * 1024, gt=0)
+    #: Seconds the follower waits between reads of the World's event logs when the World
+    #: cannot say that an event landed (PostgreSQL's NOTIFY ends the wait at once).
+    api_follow_poll_s: float = Field(default=0.2, gt=0)
+    #: Repositories a session may be seeded from (``repo``; exact URL or path as given):
+    #: serve clones them with its own git config and credentials.
+    api_allowed_repos: ListSetting = ()
 
 
 class AgentUserSettings(EnvSettings):

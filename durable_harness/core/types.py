@@ -23,10 +23,19 @@ class TurnStatus(enum.StrEnum):
     WAITING = "waiting"  # parked by a wait step: no lease, no worker; wakes on timer or signal
     DONE = "done"
     FAILED = "failed"  # dead-lettered or failed for good; `error` says why
+    CANCELLED = "cancelled"  # stopped on request (CANCEL_SIGNAL); finished steps are kept
 
 
 #: A turn in one of these states will still be worked on.
 UNFINISHED = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.WAITING})
+
+#: A turn in one of these states is over: no worker will take it again.
+FINISHED = frozenset({TurnStatus.DONE, TurnStatus.FAILED, TurnStatus.CANCELLED})
+
+#: The signal that asks for a turn to be cancelled (``POST /v1/turns/{id}/cancel``,
+#: ``durable-harness cancel``). It wakes a waiting turn like any signal; the worker that
+#: holds or next claims the turn stops its agent and ends it ``cancelled``.
+CANCEL_SIGNAL = "dh.cancel"
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,43 @@ class Check:
     name: str
     ok: bool
     detail: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of a turn's event log (:class:`~durable_harness.core.world.EventLog`).
+
+    ``seq`` is 1, 2, 3, ... within the turn, with no gap: what a client resumes from
+    (the SSE ``id``). ``key`` is unique within the turn: appending a key twice returns the
+    first event, so a writer that does not know whether its append landed (it crashed,
+    or reconciles the log from the journal) appends again. ``epoch`` is the lease epoch
+    the writer held, or None for a writer without a lease (``serve``, a signal).
+    """
+
+    turn_id: str
+    seq: int
+    key: str
+    kind: str
+    data: dict[str, Any]
+    at: float
+    epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """An API token of ``serve`` (:class:`~durable_harness.core.world.Tenancy`).
+
+    The secret is shown once, when it is made; the World keeps its sha256 (``digest``)
+    under the public ``token_id``. ``operator`` tokens administer every tenant.
+    """
+
+    token_id: str
+    tenant: str
+    digest: str
+    created_at: float
+    operator: bool = False
+    label: str = ""
+    revoked_at: float | None = None
 
 
 Replay = Literal["safe", "never"]

@@ -10,6 +10,9 @@ only a :class:`BlobStore`, a lease renewal only a :class:`Queue`):
   the durable waits (``suspend``, ``send_signal``, ``get_signal``);
 * :class:`JournalStore`: ``load_steps``, ``insert_intent``, ``restart_intent``,
   ``finish_step``;
+* :class:`EventLog`: ``append_event``, ``read_events``, ``wait_for_events``: each turn's
+  gap-free event log, what ``serve`` streams;
+* :class:`Tenancy`: API tokens (hashed), who owns a session or turn, rate counters;
 * :class:`Doctor`: ``doctor``, the checks ``durable-harness doctor`` prints;
 * :class:`World`: all of them, plus ``close()`` and context-manager support.
 
@@ -38,6 +41,11 @@ Contracts every backend keeps:
 * **Waits.** A suspended turn holds no worker; it is delivered again at its wake time or
   when a signal arrives. Signals of a name queue up in arrival order, a delivery seen
   before (same delivery id) is ignored, and each is taken by one wait step at most.
+* **Events** (``EventLog``). A turn's events are numbered 1, 2, 3, ... with no gap and
+  in the order they became visible: a reader that has seen event ``n`` and reads again
+  gets ``n + 1`` next, never a smaller seq later. A key is appended at most once per turn
+  (the second append returns the first event). A fenced append (``epoch`` given) is
+  rejected with :class:`LeaseLost` unless the turn is ``running`` at that epoch.
 * **Blobs** are content-addressed by sha256 hex; ``put_blob`` is idempotent.
 * **Errors.** A backend maps its driver's errors (sqlite3, psycopg, botocore) to
   :class:`~durable_harness.core.errors.WorldError` (or :class:`ConfigError` for a setting
@@ -61,7 +69,9 @@ from durable_harness.core.closing import Closing
 from durable_harness.core.errors import WorldError
 from durable_harness.core.types import (
     UNFINISHED,
+    ApiToken,
     Check,
+    Event,
     Lease,
     Session,
     Step,
@@ -173,12 +183,17 @@ class Queue(abc.ABC):
         """Mark the turn ``failed`` for good (no more deliveries). Fenced."""
         self.end_turn(lease, TurnStatus.FAILED, result=None, error=without_surrogates(error))
 
+    def cancel_turn(self, lease: Lease, reason: str) -> None:
+        """Mark the turn ``cancelled`` (no more deliveries; its steps stay). Fenced."""
+        self.end_turn(lease, TurnStatus.CANCELLED, result=None, error=without_surrogates(reason))
+
     @abc.abstractmethod
     def end_turn(
         self, lease: Lease, status: TurnStatus, result: str | None, error: str | None
     ) -> None:
-        """The backend's part of :meth:`complete_turn` and :meth:`fail_turn`: the turn
-        ends in ``status`` (``done`` or ``failed``), keeping its earlier result or error
+        """The backend's part of :meth:`complete_turn`, :meth:`fail_turn` and
+        :meth:`cancel_turn`: the turn ends in ``status`` (``done``, ``failed`` or
+        ``cancelled``), keeping its earlier result or error
         where ``result`` or ``error`` is None, and leaves the queue. Fenced."""
 
     def wait_for_work(self, timeout: float) -> None:
@@ -331,6 +346,98 @@ class JournalStore(abc.ABC):
         into the intent's meta, so what the intent recorded stays visible to ``show``."""
 
 
+class EventLog(abc.ABC):
+    """Each turn's event log: what ``serve`` streams to apps (see the module docstring).
+
+    Writers: the worker holding the lease (fenced: steps beginning and ending, model text
+    as it streams, waits, the reply), and writers without a lease (``epoch=None``: the
+    turn's creation, a signal, ``serve`` reconciling a finished turn's log). Every writer
+    may append a key again (after a crash it cannot tell whether the append landed): the
+    log keeps the first.
+    """
+
+    @abc.abstractmethod
+    def append_event(
+        self,
+        turn_id: str,
+        key: str,
+        kind: str,
+        data: dict[str, Any],
+        epoch: int | None = None,
+    ) -> Event:
+        """Append an event with the turn's next seq, unless ``key`` is in the log already
+        (then return that event, unchanged). With ``epoch``: :class:`LeaseLost` unless the
+        turn is ``running`` at that epoch, checked with the append. :class:`NotFound` for
+        an unknown turn. ``data`` is a JSON object (at most :data:`MAX_EVENT_BYTES` as
+        canonical JSON: a :class:`WorldError` past it)."""
+
+    @abc.abstractmethod
+    def read_events(self, turn_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
+        """The turn's events with ``seq > after``, in seq order, at most ``limit`` of them:
+        a run with no gap (``after + 1``, ``after + 2``, ...). Empty for an unknown turn."""
+
+    def wait_for_events(self, timeout: float) -> None:
+        """Block until any turn may have new events, or ``timeout`` seconds passed: what a
+        reader following live turns calls between reads. A spurious return costs a read.
+        The default sleeps; PostgreSQL returns as soon as a NOTIFY says an event landed."""
+        time.sleep(timeout)
+
+
+#: The largest event ``data`` (canonical JSON, bytes) a World stores: model text is
+#: appended in pieces far below it; a larger value is a caller's bug.
+MAX_EVENT_BYTES = 256 * 1024
+
+
+class Tenancy(abc.ABC):
+    """What ``serve`` keeps about its callers: API tokens (only their sha256 is stored),
+    which tenant owns a session or a turn, and rate counters shared by every ``serve``."""
+
+    @abc.abstractmethod
+    def put_token(self, token: ApiToken) -> None:
+        """Store a new token; :class:`StepConflict` if its ``token_id`` exists."""
+
+    @abc.abstractmethod
+    def get_token(self, token_id: str) -> ApiToken:
+        """:class:`NotFound` for an unknown id."""
+
+    @abc.abstractmethod
+    def list_tokens(self) -> list[ApiToken]:
+        """Every token, revoked ones too, oldest first."""
+
+    @abc.abstractmethod
+    def revoke_token(self, token_id: str, at: float) -> ApiToken:
+        """Set ``revoked_at`` (a second revoke keeps the first time); return the token.
+        :class:`NotFound` for an unknown id."""
+
+    @abc.abstractmethod
+    def put_owner(self, kind: str, item_id: str, tenant: str, created_at: float) -> None:
+        """Record that ``tenant`` owns item ``item_id`` of ``kind`` (``session`` or
+        ``turn``). Idempotent for the same tenant; :class:`StepConflict` if another tenant
+        owns it."""
+
+    @abc.abstractmethod
+    def get_owner(self, kind: str, item_id: str) -> str | None:
+        """The tenant owning the item, or None (an item made outside ``serve``)."""
+
+    @abc.abstractmethod
+    def list_owned(
+        self,
+        tenant: str,
+        kind: str,
+        limit: int = 100,
+        before: tuple[float, str] | None = None,
+    ) -> list[tuple[float, str]]:
+        """The tenant's items of ``kind`` as ``(created_at, item_id)``, newest first
+        (ties by id, descending); with ``before``, only those that sort after it: the
+        cursor of the next page is the last item of this one."""
+
+    @abc.abstractmethod
+    def take_rate(self, bucket: str, limit: int, window_s: float) -> bool:
+        """Count one use of ``bucket`` in the current fixed window of ``window_s`` seconds
+        of the World's clock, if fewer than ``limit`` were counted in it: True. Else count
+        nothing and return False. Atomic across processes."""
+
+
 class Doctor(abc.ABC):
     """Health checks for ``durable-harness doctor``."""
 
@@ -340,7 +447,7 @@ class Doctor(abc.ABC):
         failed check: it reports it with what to do."""
 
 
-class World(BlobStore, Catalog, Queue, JournalStore, Doctor, Closing):
+class World(BlobStore, Catalog, Queue, JournalStore, EventLog, Tenancy, Doctor, Closing):
     """Storage and queue for turns: every facet. See the module docstring for the contract."""
 
     def doctor(self) -> list[Check]:

@@ -15,7 +15,8 @@ nothing                          commit the intent, run the call, record the out
 and keeps the invariants: the intent is durable before the call (1); seq and key are
 unique (2, enforced by the World); every write carries the lease epoch (3); replay
 compares kind, name, key and input hash and raises :class:`ReplayDivergence` on a
-mismatch (6); large inputs and outputs go to the blob store (7).
+mismatch (6); large inputs and outputs go to the blob store (7). A cancelled turn
+(:mod:`.cancel`) begins no step: :meth:`Journal._begin` raises ``TurnCancelled``.
 """
 
 from __future__ import annotations
@@ -26,14 +27,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import CorruptJournal, ReplayDivergence, TurnFailed
 from durable_harness.core.keys import blob_ref, idempotency_key, input_digest
 from durable_harness.core.types import Lease, Replay, Step, StepStatus
 from durable_harness.core.world import BlobStore, World
+from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.crash import CrashPlan
+
+if TYPE_CHECKING:
+    from durable_harness.harness.events import TurnEvents
 
 #: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
 BLOB_THRESHOLD = 64 * 1024
@@ -96,8 +101,17 @@ class Journal:
         blob_threshold: int = BLOB_THRESHOLD,
         replay_only: bool = False,
         max_model_calls: int | None = None,
+        cancel: Cancellation | None = None,
+        events: TurnEvents | None = None,
     ) -> None:
         self.world = world
+        #: Set by the worker's lease keeper when the turn is cancelled; adapters register
+        #: what stops their agent on it (``TurnRun.cancel``).
+        self.cancel = cancel or Cancellation()
+        #: The turn's event log writer (the worker's, after its ``begin_attempt``): a
+        #: step's ``started`` once its intent is durable, its text, its ``finished`` once
+        #: the outcome is. A replayed step appends nothing (its events are in the log).
+        self.events = events
         #: The turn's budget of model steps for keyed calls (CLI agents, whose loop is not
         #: ours to bound): a new model call past it ends the turn (TurnFailed).
         self.max_model_calls = max_model_calls
@@ -218,6 +232,9 @@ class Journal:
         step = open_step.step
         duration = time.monotonic() - open_step.started
         self._crash(step.seq, "after_run")
+        if self.events is not None:
+            # The step's text is in the log before its outcome: see harness/events.py.
+            self.events.flush(step.seq)
         meta = {**outcome.meta, "duration": round(duration, 6), "turn_attempt": self.lease.attempt}
         output, blob = self._stored_output(outcome.value)
         self.world.finish_step(
@@ -233,6 +250,8 @@ class Journal:
         )
         self._remember(done)
         self._crash(step.seq, "after_outcome")
+        if self.events is not None:
+            self.events.step_finished(done, outcome.value)
         self._emit(done, "done", duration)
         return StepResult(outcome.value, StepStatus.DONE, False, done)
 
@@ -251,6 +270,7 @@ class Journal:
         replay: Replay,
         store_input: bool,
     ) -> StepResult | OpenStep:
+        self.cancel.check()  # a cancelled turn starts nothing, not even a replay
         digest = input_digest(input)
         recorded = self.recorded.get(seq)
         if recorded is not None:
@@ -283,6 +303,8 @@ class Journal:
             self.world.insert_intent(step)
         self._remember(step)
         self._crash(seq, "after_intent")
+        if self.events is not None:
+            self.events.step_started(step)
         self._emit(step, "start")
         return OpenStep(step, time.monotonic())
 
@@ -307,6 +329,8 @@ class Journal:
         )
         done = _replace(step, status=StepStatus.POSSIBLY_RAN, output=output, meta=meta)
         self._remember(done)
+        if self.events is not None:
+            self.events.step_finished(done, message)
         self._emit(done, "possibly_ran")
         return StepResult(message, StepStatus.POSSIBLY_RAN, False, done)
 

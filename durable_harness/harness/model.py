@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
 import anthropic
+import httpx2
 
 from durable_harness.core.canonical import without_surrogates
 from durable_harness.core.errors import ConfigError, ModelError
@@ -58,17 +60,34 @@ class ModelClient:
             base_url=url, api_key=key, timeout=timeout, max_retries=1
         )
 
-    def create(self, request: dict[str, Any]) -> dict[str, Any]:
+    def create(
+        self, request: dict[str, Any], on_text: Callable[[str], None] | None = None
+    ) -> dict[str, Any]:
+        """The reply to ``request`` as JSON. With ``on_text``, the reply is streamed and
+        each piece of its text given to ``on_text`` as it arrives (the turn's live text);
+        the JSON returned is the same message, assembled by the SDK from the stream."""
         try:
             # A provider refuses a lone surrogate (a model's cut-off pair, a shell's byte
             # that is not UTF-8, both kept exactly in the journal): it is sent as U+FFFD.
-            message = self._client.messages.create(**without_surrogates(request))
+            sent = without_surrogates(request)
+            if on_text is None:
+                message = self._client.messages.create(**sent)
+            else:
+                with self._client.messages.stream(**sent) as stream:
+                    for event in stream:
+                        if event.type == "text":
+                            on_text(event.text)
+                    message = stream.get_final_message()
         except anthropic.APIStatusError as exc:
             raise ModelError(
                 f"model endpoint {self.base_url} answered {exc.status_code}: {exc.message}"
             ) from exc
         except anthropic.APIError as exc:
             raise ModelError(f"model endpoint {self.base_url} failed: {exc}") from exc
+        except (httpx2.HTTPError, httpx2.StreamError) as exc:
+            # A stream cut off mid-way: the SDK lets its HTTP client's error through.
+            raise ModelError(f"model endpoint {self.base_url} broke off: {exc}") from exc
+
         reply: dict[str, Any] = message.model_dump(mode="json", exclude_none=True)
         return reply
 

@@ -216,9 +216,9 @@ def session_snapshot(
     world: World, session_id: str, before_index: int | None = None, *, seed: bool = True
 ) -> str | None:
     """The newest workspace snapshot of the session: the last finished step's over the
-    turns before ``before_index`` that are done (every turn, finished or not, when it is
-    None: what ``diff`` shows while a turn waits on CI); else, with ``seed``, the
-    session's seed (``run --repo``); else None (an empty workspace).
+    turns before ``before_index`` that are done or cancelled (every turn, finished or
+    not, when it is None: what ``diff`` shows while a turn waits on CI); else, with
+    ``seed``, the session's seed (``run --repo``); else None (an empty workspace).
 
     A turn whose own journal holds none yet starts from ``session_snapshot(world,
     session, turn.index)``: every adapter asks this one function, so the first delivery
@@ -226,7 +226,7 @@ def session_snapshot(
     digest: str | None = None
     for turn in world.list_turns(session_id, limit=2**31):  # every turn, not the first 100
         if before_index is not None and not (
-            turn.index < before_index and turn.status is TurnStatus.DONE
+            turn.index < before_index and turn.status in (TurnStatus.DONE, TurnStatus.CANCELLED)
         ):
             continue
         for step in sorted(world.load_steps(turn.turn_id), key=lambda s: s.seq):

@@ -29,14 +29,17 @@ from durable_harness.core.errors import (
     NotFound,
     ReplayDivergence,
     ToolDefinitionError,
+    TurnCancelled,
     TurnFailed,
     WorldError,
 )
 from durable_harness.core.keys import ordinal_model_key, ordinal_tool_key
 from durable_harness.core.settings import Settings
-from durable_harness.core.types import Lease, Replay, StepStatus, Turn, TurnStatus
+from durable_harness.core.types import CANCEL_SIGNAL, Lease, Replay, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
+from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.crash import CrashPlan
+from durable_harness.harness.events import TurnEvents, settle_finished, turn_created
 from durable_harness.harness.journal import Journal, Outcome, StepEvent
 from durable_harness.harness.lease import LeaseKeeper
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
@@ -225,6 +228,12 @@ class JournaledTurn:
         else:
             self._keeper.check()
             self.world.complete_turn(self._keeper.lease, reply)
+            if self._journal.events is not None:
+                self._journal.events.close()
+            try:
+                settle_finished(self.world, self.turn_id)  # its log ends with turn.ended
+            except WorldError as exc:
+                log.warning("turn %s: its event log is settled later (%s)", self.turn_id, exc)
         self._finished = reply
 
     def _check_open(self) -> None:
@@ -261,6 +270,9 @@ def journaled_turn(
     next step. If the block raises, the turn is released (not failed) with the error,
     for the program to run again; its ``never`` steps in flight come back possibly-ran.
     ``DURABLE_HARNESS_CRASH_AT`` crash points apply to its steps as to any turn's.
+    A cancelled turn (``durable-harness cancel``: pending when the run starts, or seen by
+    the lease keeper within ``DURABLE_HARNESS_CANCEL_POLL_SECONDS``) begins no further step:
+    the next call raises :class:`TurnCancelled` and the turn ends ``cancelled``.
     """
     settings = Settings.load(lease_seconds=lease_seconds)
     turn = _open_turn(world, turn_id, prompt, session_id)
@@ -269,23 +281,48 @@ def journaled_turn(
         yield JournaledTurn(world, turn, Journal(world, replay, replay_only=True), None)
         return
     lease = _claim(world, settings, turn, force)
-    with LeaseKeeper(world, lease, settings.lease_seconds) as keeper:
+    cancel = Cancellation()
+    pending = world.list_signals(turn_id, CANCEL_SIGNAL)
+    if pending:  # cancelled while nobody ran it: no step begins
+        cancel.request(pending[0].payload)
+    with LeaseKeeper(
+        world,
+        lease,
+        settings.lease_seconds,
+        cancel=cancel,
+        cancel_poll=settings.cancel_poll_seconds,
+    ) as keeper:
 
         def each_step(event: StepEvent) -> None:
             keeper.check()  # stop before the next call once we know we were fenced out
             if on_step is not None:
                 on_step(event)
 
-        journal = Journal(world, lease, crash=CrashPlan.from_env(), on_step=each_step)
+        events = TurnEvents(world, turn_id, lease.epoch, lease.attempt)
+        journal = Journal(
+            world,
+            lease,
+            crash=CrashPlan.from_env(),
+            on_step=each_step,
+            cancel=cancel,
+            events=events,
+        )
+        recorded = journal.recorded
+        events.begin_attempt(default_owner(), [recorded[seq] for seq in sorted(recorded)])
         handle = JournaledTurn(world, world.get_turn(turn_id), journal, keeper)
         try:
             yield handle
             handle._close()
         except LeaseLost:
             raise  # the turn is its new owner's: nothing of ours may touch it
-        except BaseException as exc:
-            _release(world, keeper.lease, exc)
+        except TurnCancelled as exc:
+            _cancelled(world, keeper.lease, exc.reason)
             raise
+        except BaseException as exc:
+            _release(world, keeper.lease, exc, events)
+            raise
+        finally:
+            events.close()
 
 
 def _open_turn(world: World, turn_id: str, prompt: str, session_id: str | None) -> Turn:
@@ -301,6 +338,7 @@ def _open_turn(world: World, turn_id: str, prompt: str, session_id: str | None) 
         session_id = session_id or "ses_" + hashlib.sha256(turn_id.encode()).hexdigest()[:20]
         world.create_session(session_id, {"agent": CUSTOM_AGENT})
         turn = world.create_turn(session_id, turn_id, prompt, {"agent": CUSTOM_AGENT})
+        turn_created(world, turn)
     if turn.config.get("agent") != CUSTOM_AGENT:
         raise ConfigError(
             f"turn {turn_id} is a turn of agent {turn.config.get('agent')!r}, not of a custom "
@@ -320,6 +358,8 @@ def _open_turn(world: World, turn_id: str, prompt: str, session_id: str | None) 
         raise TurnFailed(
             f"turn {turn_id} failed for good ({turn.error}); start a new turn (a new turn id)"
         )
+    if turn.status is TurnStatus.CANCELLED:
+        raise TurnCancelled(turn.error or "cancelled")
     return turn
 
 
@@ -337,9 +377,19 @@ def _claim(world: World, settings: Settings, turn: Turn, force: bool) -> Lease:
     return lease
 
 
-def _release(world: World, lease: Lease, exc: BaseException) -> None:
+def _cancelled(world: World, lease: Lease, reason: str) -> None:
+    try:
+        world.cancel_turn(lease, reason)
+        settle_finished(world, lease.turn_id)  # turn.ended, as the worker appends it
+    except WorldError as failed:
+        # The lease lapses; the next run finds the cancel pending and ends the turn then.
+        log.warning("could not end cancelled turn %s (%s)", lease.turn_id, failed)
+
+
+def _release(world: World, lease: Lease, exc: BaseException, events: TurnEvents) -> None:
     message = f"{type(exc).__name__}: {exc}"
     try:
+        events.released(message[:2000], 0.0)
         world.release(lease, error=message[:2000])
     except WorldError as failed:
         # The lease lapses by itself and the next run takes the turn then.

@@ -28,6 +28,7 @@ from typing import Any
 from durable_harness.core.errors import ConfigError, NotFound
 from durable_harness.core.settings import WebhookSettings
 from durable_harness.core.world import World
+from durable_harness.harness.events import signal_received
 from durable_harness.harness.listener import (
     BodyLimit,
     Exchange,
@@ -37,6 +38,7 @@ from durable_harness.harness.listener import (
     token_matches,
 )
 from durable_harness.runtime import webhooks
+from durable_harness.runtime.cancel import refuse_reserved_signal
 
 MAX_PAYLOAD = 1024 * 1024
 _PATH = re.compile(r"^/v1/turns/(?P<turn>[A-Za-z0-9_.-]+)/signals/(?P<name>[A-Za-z0-9_.:-]+)$")
@@ -109,6 +111,7 @@ class SignalServer:
         turn_id, name = match["turn"], match["name"]
         given = exchange.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         try:
+            refuse_reserved_signal(name)  # the turn's secret does not cancel it
             with self.lock:
                 try:
                     secret = str(self.world.get_turn(turn_id).config.get("signal_secret", ""))
@@ -123,6 +126,7 @@ class SignalServer:
                 payload = parse_payload(exchange.body.decode("utf-8", "replace"))
                 delivery = exchange.headers.get("Idempotency-Key") or None
                 fresh = self.world.send_signal(turn_id, name, payload, delivery)
+                signal_received(self.world, turn_id, name, payload, delivery)
         except ConfigError as exc:
             return _send(exchange, 400, {"error": str(exc)})
         return _send(

@@ -16,9 +16,10 @@ from durable_harness.adapters.base import TurnRun
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
-from durable_harness.core.types import UNFINISHED, Lease, Turn, TurnStatus
+from durable_harness.core.types import FINISHED, UNFINISHED, Lease, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.ci_watch import check_repo
+from durable_harness.harness.events import turn_created
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.seed import PreparedSeed, record_seed
@@ -84,6 +85,7 @@ def start_turn(
     *,
     queue_behind: bool = False,
     seed: PreparedSeed | None = None,
+    turn_id: str | None = None,
 ) -> Turn:
     """Check the configuration (against this process's own policy too, so a turn its
     workers would refuse fails here), then create (or extend) the session and enqueue a
@@ -95,7 +97,10 @@ def start_turn(
 
     Turns of a session run in order. With ``queue_behind`` a turn may be added while an
     earlier one is unfinished (workers park it until that one ends); without, that is an
-    error, since the caller means to drive the new turn now."""
+    error, since the caller means to drive the new turn now.
+
+    ``turn_id``: the new turn's id, when the caller recorded something under it first
+    (``serve`` records its owner before the turn exists); else a fresh one."""
     if not prompt.strip():
         raise ConfigError("the prompt is empty: say what the agent should do")
     typed = TurnConfig.of(config)
@@ -131,7 +136,9 @@ def start_turn(
         world.create_session(session_id, {"agent": config["agent"]})
         if seed is not None:
             record_seed(world, session_id, seed)
-    return world.create_turn(session_id, new_id("turn"), prompt, config)
+    turn = world.create_turn(session_id, turn_id or new_id("turn"), prompt, config)
+    turn_created(world, turn)
+    return turn
 
 
 def claim_for_resume(
@@ -151,7 +158,7 @@ def claim_for_resume(
         if lease is not None:
             return lease
         turn = world.get_turn(turn_id)
-        if turn.status in (TurnStatus.DONE, TurnStatus.FAILED):
+        if turn.status in FINISHED:
             return None
         if not announced:
             if turn.status is TurnStatus.WAITING:

@@ -36,8 +36,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from durable_harness.core.world import Queue
+from durable_harness.core.world import World
 from durable_harness.harness.ci_watch import scope_of
+from durable_harness.harness.events import signal_received
 
 PROVIDERS = ("github", "gitlab")
 
@@ -187,10 +188,12 @@ def _gitlab(data: dict[str, Any]) -> CIResult | None:
     )
 
 
-def deliver(world: Queue, result: CIResult, delivery_id: str) -> int:
+def deliver(world: World, result: CIResult, delivery_id: str) -> int:
     """Send ``result`` to every turn watching its commit or branch; how many got it new."""
     targets = sorted({w for ref in result.refs for w in world.watchers(result.scope, ref)})
     delivery = delivery_id or None  # without one, the payload deduplicates
-    return sum(
-        world.send_signal(turn_id, name, result.payload(), delivery) for turn_id, name in targets
-    )
+    fresh = 0
+    for turn_id, name in targets:
+        fresh += world.send_signal(turn_id, name, result.payload(), delivery)
+        signal_received(world, turn_id, name, result.payload(), delivery)
+    return fresh

@@ -4,6 +4,9 @@ A turn is driven under a renewed lease. How a turn ends decides what the queue d
 
 * the adapter returns a reply -> ``complete_turn``;
 * the lease was lost (another worker fenced us out) -> nothing: the turn is theirs;
+* the turn was cancelled (``CANCEL_SIGNAL``: found at claim, before anything runs, or
+  noticed by the lease keeper while it runs, when the journal refuses the next step and
+  the adapter's stoppers end its agent) -> ``cancel_turn``;
 * a permanent error (divergence, bad configuration, an agent that cannot finish, a turn
   that asks for more than this worker's operator allows: :mod:`.runtime.admission`,
   checked before anything of the turn is imported or run) -> ``fail_turn`` with the
@@ -29,14 +32,17 @@ from durable_harness.core.errors import (
     LeaseLost,
     ReplayDivergence,
     ToolDefinitionError,
+    TurnCancelled,
     TurnFailed,
     TurnSuspended,
     WorldError,
 )
 from durable_harness.core.settings import Settings
-from durable_harness.core.types import UNFINISHED, Lease
+from durable_harness.core.types import CANCEL_SIGNAL, UNFINISHED, Lease
 from durable_harness.core.world import World
+from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.crash import CrashPlan
+from durable_harness.harness.events import TurnEvents, settle_finished
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.harness.lease import LeaseKeeper
 from durable_harness.runtime.admission import admit
@@ -60,6 +66,7 @@ class TurnOutcome:
     RELEASED = "released"
     WAITING = "waiting"
     LOST = "lost"
+    CANCELLED = "cancelled"
 
 
 class Worker:
@@ -82,6 +89,9 @@ class Worker:
     def drive(self, lease: Lease) -> str:
         """Run one claimed turn to its end; return a :class:`TurnOutcome` value."""
         turn = self.world.get_turn(lease.turn_id)
+        requested = self._cancel_requested(lease.turn_id)
+        if requested is not None:  # cancelled while queued or waiting: nothing runs
+            return self._cancelled(lease, requested)
         if self._earlier_turn_pending(lease):
             # Parked, not released: waiting for its turn must not use up deliveries.
             wake = time.time() + SESSION_ORDER_DELAY
@@ -94,7 +104,21 @@ class Worker:
             f"turn {turn.turn_id}: delivery {lease.attempt}, epoch {lease.epoch}, "
             f"owner {self.owner}"
         )
-        with LeaseKeeper(self.world, lease, self.settings.lease_seconds) as keeper:
+        events = TurnEvents(
+            self.world,
+            lease.turn_id,
+            lease.epoch,
+            lease.attempt,
+            flush_seconds=self.settings.event_flush_seconds,
+        )
+        cancel = Cancellation()
+        with LeaseKeeper(
+            self.world,
+            lease,
+            self.settings.lease_seconds,
+            cancel=cancel,
+            cancel_poll=self.settings.cancel_poll_seconds,
+        ) as keeper:
             try:
                 # The stored turn is data from whoever enqueued it: checked against this
                 # worker's policy first; the adapter sees only the admitted configuration.
@@ -107,19 +131,34 @@ class Worker:
                     crash=self.crash,
                     on_step=self._on_step(keeper),
                     max_model_calls=admitted.max_model_calls,
+                    cancel=cancel,
+                    events=events,
                 )
+                # Before anything runs: what a dead worker left out of the log goes in
+                # first, so its abandoned attempt comes before this one's events.
+                recorded = journal.recorded
+                events.begin_attempt(self.owner, [recorded[seq] for seq in sorted(recorded)])
                 reply = adapter.run_turn(TurnRun(self.world, turn, journal, self.settings))
                 keeper.check()
+                # A cancel that came while the agent finished, before the keeper looked.
+                late = cancel.reason or self._cancel_requested(lease.turn_id)
+                if late is not None:
+                    return self._cancelled(lease, late, events)
                 self.world.complete_turn(lease, reply)
+                self._log_settled(lease.turn_id, events)
                 self.on_event(f"turn {turn.turn_id}: done")
                 return TurnOutcome.DONE
+            except TurnCancelled as exc:
+                return self._cancelled(lease, exc.reason, events)
             except TurnSuspended as exc:
                 wait = exc
                 self._settle(
+                    lambda: events.waiting(wait.waiting_for, wait.wake_at),
                     lambda: self.world.suspend(
                         lease, wait.wake_at, wait.waiting_for, wait.signal, wait.seen
-                    )
+                    ),
                 )
+                self._wake_if_cancelled(lease.turn_id)
                 self.on_event(f"turn {turn.turn_id}: parked, waiting for {wait.waiting_for}")
                 return TurnOutcome.WAITING
             except LeaseLost as exc:
@@ -128,16 +167,26 @@ class Worker:
                 )
                 return TurnOutcome.LOST
             except PERMANENT as exc:
+                if cancel.reason is not None:  # the agent failed because it was stopped
+                    return self._cancelled(lease, cancel.reason, events)
                 reason = str(exc)
                 self.on_event(f"turn {turn.turn_id}: failed: {reason}")
-                self._settle(lambda: self.world.fail_turn(lease, reason))
+                if self._settle(lambda: self.world.fail_turn(lease, reason)):
+                    self._log_settled(lease.turn_id, events)
                 return TurnOutcome.FAILED
             except Exception as exc:
+                if cancel.reason is not None:
+                    return self._cancelled(lease, cancel.reason, events)
                 delay = min(2.0**lease.attempt, 60.0)
                 message = str(exc) if isinstance(exc, DurableHarnessError) else repr(exc)
                 self.on_event(f"turn {turn.turn_id}: will retry in {delay:.0f}s: {message}")
-                self._settle(lambda: self.world.release(lease, delay=delay, error=message))
+                self._settle(
+                    lambda: events.released(message, delay),
+                    lambda: self.world.release(lease, delay=delay, error=message),
+                )
                 return TurnOutcome.RELEASED
+            finally:
+                events.close()
 
     def run(self, *, until_idle: bool = False, max_turns: int | None = None) -> int:
         """Claim and drive turns; return how many were driven."""
@@ -173,14 +222,53 @@ class Worker:
 
         return on_step
 
-    def _settle(self, write: Callable[[], None]) -> None:
+    def _cancel_requested(self, turn_id: str) -> str | None:
+        """The reason of the turn's first cancel request, or None (one World read)."""
+        found = self.world.list_signals(turn_id, CANCEL_SIGNAL)
+        return found[0].payload if found else None
+
+    def _cancelled(self, lease: Lease, reason: str, events: TurnEvents | None = None) -> str:
+        self.on_event(f"turn {lease.turn_id}: cancelled: {reason}")
+        if self._settle(lambda: self.world.cancel_turn(lease, reason)):
+            self._log_settled(lease.turn_id, events)
+        return TurnOutcome.CANCELLED
+
+    def _wake_if_cancelled(self, turn_id: str) -> None:
+        """A cancel sent while the turn ran, before it parked, woke nobody (the turn was
+        not waiting yet): make the parked turn deliverable now, to end it ``cancelled``."""
         try:
-            write()
-        except LeaseLost:
-            self.on_event("lease lost before the turn's end could be recorded")
+            if self._cancel_requested(turn_id) is not None:
+                self.world.enqueue(turn_id)
         except WorldError as exc:
-            # The World is unreachable: the turn's lease runs out and it is redelivered.
-            self.on_event(f"could not record how the turn ended ({exc}); its lease will lapse")
+            self.on_event(f"turn {turn_id}: a cancel is pending but cannot wake it ({exc})")
+
+    def _settle(self, *writes: Callable[[], None]) -> bool:
+        """Run ``writes`` in order (an event, then the turn's state): True if all landed.
+        A failed event is logged and the state written anyway: the attempt is then left
+        open in the log, and the next claim marks it lost."""
+        ok = True
+        for write in writes:
+            try:
+                write()
+            except LeaseLost:
+                self.on_event("lease lost before the turn's end could be recorded")
+                return False
+            except WorldError as exc:
+                # The World is unreachable: the turn's lease runs out and it is redelivered.
+                self.on_event(f"could not record how the turn ended ({exc}); its lease will lapse")
+                ok = False
+        return ok
+
+    def _log_settled(self, turn_id: str, events: TurnEvents | None = None) -> None:
+        """``turn.ended`` after the turn's end (done, failed or cancelled) is recorded,
+        once the attempt's text timer is stopped. A failure here loses nothing: ``serve``
+        settles a finished turn's log when it reaches it."""
+        try:
+            if events is not None:
+                events.close()
+            settle_finished(self.world, turn_id)
+        except WorldError as exc:
+            self.on_event(f"turn {turn_id}: its event log is settled later ({exc})")
 
     def _earlier_turn_pending(self, lease: Lease) -> bool:
         turn = self.world.get_turn(lease.turn_id)

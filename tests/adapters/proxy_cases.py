@@ -33,6 +33,7 @@ from durable_harness.adapters.proxy.wire.base import WireFormat
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
 from durable_harness.core.world import World
+from durable_harness.harness.events import TurnEvents
 from durable_harness.harness.journal import Journal
 from durable_harness.testing.fake_model import FakeModelServer, parse_script
 from durable_harness.worlds import open_world
@@ -343,7 +344,10 @@ def open_rig(tmp_path: Path, case: WireCase) -> Iterator[Rig]:
         world.create_turn("ses_proxy", "turn_proxy", "p", {"agent": case.agent})
         lease = world.claim_turn("turn_proxy", "test", 60)
         assert lease is not None
-        journal = Journal(world, lease)
+        # With an event log writer, as the worker's: the contract holds with it on.
+        events = TurnEvents(world, "turn_proxy", lease.epoch, lease.attempt)
+        events.begin_attempt("test")
+        journal = Journal(world, lease, events=events)
         log = tmp_path / "fake.jsonl"
         script = parse_script(SCRIPT % {"tool": case.tool, "tool_input": case.tool_input})
         with FakeModelServer(script, log_path=log) as fake:

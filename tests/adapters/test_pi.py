@@ -21,6 +21,9 @@ from pi_cases import (
 )
 from support import Harness, ids_of, make_harness
 
+from durable_harness.harness.events import read_all
+from durable_harness.worlds.local import LocalWorld
+
 MODEL = "claude-sonnet-4-5"
 
 
@@ -52,6 +55,24 @@ def test_turn_with_bash_write_and_host_tool(h: Harness) -> None:
     # the provider key never left the harness: the CLI only had the proxy's token.
     assert sorted(upstream_keys(h)) == sorted(model_keys(show))
     assert all(r["api_key_sent"] for r in h.requests())
+    # The turn's event log: the CLI's streamed model text reached it through the proxy,
+    # each model step's deltas joined are its reply's text, and turn.ended is last.
+    with LocalWorld(Path(h.env["DURABLE_HARNESS_DATA_DIR"])) as world:
+        turn_id = ids_of(out)["turn"]
+        events = read_all(world, turn_id)
+        steps = world.load_steps(turn_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.kind for e in events if e.kind.startswith("turn.")] == ["turn.created", "turn.ended"]
+    assert events[-1].data["result"] == FINAL
+    assert sum(e.kind == "step.finished" for e in events) == len(steps) == 8
+    streamed: dict[int, str] = {}
+    for e in events:
+        if e.kind == "text.delta":
+            streamed[e.data["seq"]] = streamed.get(e.data["seq"], "") + e.data["text"]
+    finished = {e.data["seq"]: e.data for e in events if e.kind == "step.finished"}
+    assert streamed and all(finished[seq]["kind"] == "model" for seq in streamed)
+    assert all(finished[seq]["output"] == text for seq, text in streamed.items())
+    assert FINAL in streamed.values()
 
 
 def test_finished_turn_replays_with_zero_upstream_calls(h: Harness) -> None:

@@ -23,6 +23,7 @@ from proxy_cases import PROVIDER_KEY, TOKEN, WIRES, Rig, WireCase, open_rig
 
 from durable_harness.adapters.proxy.server import Upstream, message_of
 from durable_harness.core.types import StepStatus
+from durable_harness.harness.events import read_all
 from durable_harness.harness.journal import Journal, decode_output
 
 
@@ -58,6 +59,20 @@ def test_an_unseen_call_streams_as_it_arrives_and_is_recorded(rig: Rig, case: Wi
     assert case.text(message_of(recorded, case.wire)).startswith("one two")
     assert step.meta["output_tokens"] > 0
     assert rig.fake.request_count == 1
+    # The text reached the turn's event log in pieces as it streamed, the last before
+    # the step's step.finished, which carries it.
+    log = read_all(rig.world, "turn_proxy")
+    deltas = [e for e in log if e.kind == "text.delta"]
+    text = case.text(message_of(recorded, case.wire))
+    assert "".join(e.data["text"] for e in deltas) == text
+    assert [e.data["n"] for e in deltas] == list(range(len(deltas))) and len(deltas) >= 2
+    assert [e.kind for e in log if e.kind != "text.delta"] == [
+        "turn.created",
+        "attempt.started",
+        "step.started",
+        "step.finished",
+    ]
+    assert log[-1].kind == "step.finished" and log[-1].data["output"] == text
 
 
 def test_the_end_of_the_stream_arrives_only_after_the_outcome_is_recorded(

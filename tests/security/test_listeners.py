@@ -1,4 +1,4 @@
-"""Every listener of the harness (the journaling proxy, the signal server, the fake model)
+"""Every listener of the harness (the journaling proxy, the signal server, `serve`, the fake model)
 refuses malformed framing, oversize bodies, slow clients and malformed credentials the
 same way (harness/listener.py), keeps serving afterwards, and holds 200 idle connections
 open while it goes on answering authenticated requests with bounded memory.
@@ -30,9 +30,12 @@ import pytest
 from durable_harness.adapters.claude_code.canonical import ClaudeCodeCanonicalizer
 from durable_harness.adapters.cli.relay import UnixRelay
 from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallbacks, Upstream
+from durable_harness.core.settings import Settings
 from durable_harness.harness.journal import Journal
 from durable_harness.harness.listener import Limits
 from durable_harness.runtime.signals import SignalServer
+from durable_harness.server import ApiServer
+from durable_harness.server.auth import create_token
 from durable_harness.testing.fake_model import FakeModelServer, parse_script
 from durable_harness.worlds import open_world
 
@@ -81,6 +84,8 @@ def _open_target(name: str, tmp_path: Path, limits: Limits) -> Iterator[Target]:
             yield from _proxy(world, limits)
         elif name == "signal-server":
             yield from _signals(world, limits)
+        elif name == "serve":
+            yield from _serve(world, limits)
         else:
             with FakeModelServer(parse_script(SCRIPT), limits=limits) as fake:
                 messages = json.dumps(
@@ -149,11 +154,63 @@ def _signals(world: Any, limits: Limits) -> Iterator[Target]:
                 # An unknown turn is answered as a wrong secret is.
                 (request("POST", "/v1/turns/turn_nope/signals/x", auth, b"{}"), 401),
                 (request("POST", "/v1/turns/turn_nope/signals/x", bearer, b"{}"), 401),
+                # The turn's secret is not the right to cancel it (the harness's own name).
+                (request("POST", "/v1/turns/turn_l/signals/dh.cancel", auth, b"{}"), 400),
             ],
             "/v1/turns/turn_l/signals/big",
         )
     finally:
         server.stop()
+
+
+def _serve(world: Any, limits: Limits) -> Iterator[Target]:
+    operator = create_token(world, "ops", operator=True)[1]
+    with ApiServer(world, Settings.load(), caps=limits) as server:
+        auth = {"Authorization": b"Bearer " + operator.encode()}
+        token_id = operator.split("_")[1]
+        yield Target(
+            "serve",
+            int(server.url.rsplit(":", 1)[1]),
+            lambda: (request("GET", "/v1/turns/turn_l", auth), 200),
+            [
+                (
+                    request("GET", "/v1/turns/turn_l", {"Authorization": b"Bearer " + NON_ASCII}),
+                    401,
+                ),
+                (
+                    request(
+                        "GET", "/v1/turns/turn_l", {"Authorization": b"Bearer dh_" + NON_ASCII}
+                    ),
+                    401,
+                ),
+                # A real token id with a wrong secret, and a token-shaped unknown id.
+                (
+                    request(
+                        "GET",
+                        "/v1/turns/turn_l",
+                        {"Authorization": f"Bearer dh_{token_id}_{'x' * 43}".encode()},
+                    ),
+                    401,
+                ),
+                (
+                    request(
+                        "POST",
+                        "/v1/sessions",
+                        {"Authorization": b"Bearer dh_" + b"0" * 16 + b"_" + b"y" * 43},
+                        b"{}",
+                    ),
+                    401,
+                ),
+                # The turn's signal secret is no API token.
+                (
+                    request(
+                        "GET", "/v1/turns/turn_l", {"Authorization": b"Bearer " + SECRET.encode()}
+                    ),
+                    401,
+                ),
+            ],
+            "/v1/sessions",
+        )
 
 
 # -- talking to a listener -----------------------------------------------------------------
@@ -220,7 +277,7 @@ def assert_clean(reply: Reply, allowed: set[int | None]) -> None:
 
 
 # -- the attacks ---------------------------------------------------------------------------
-@pytest.fixture(params=["proxy", "signal-server", "fake-model"])
+@pytest.fixture(params=["proxy", "signal-server", "serve", "fake-model"])
 def listener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     yield from _open_target(request.param, tmp_path, LIMITS)
 
@@ -285,7 +342,7 @@ def _rss_kib() -> int:
     raise AssertionError("no VmRSS")
 
 
-@pytest.fixture(params=["proxy", "signal-server", "fake-model"])
+@pytest.fixture(params=["proxy", "signal-server", "serve", "fake-model"])
 def patient_listener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     # Idle connections are cut after the read timeout: long enough here to outlast the test.
     yield from _open_target(request.param, tmp_path, Limits(max_body=MAX_BODY, read_timeout=60))

@@ -4,6 +4,7 @@ concurrency. The World contract itself is tests/worlds/test_contract.py."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from durable_harness.core.errors import (
     StepConflict,
     WorldError,
 )
-from durable_harness.core.types import Lease, Step, StepStatus, TurnStatus
+from durable_harness.core.types import Event, Lease, Step, StepStatus, TurnStatus
 from durable_harness.worlds import open_world, postgres
 from durable_harness.worlds.postgres import PostgresWorld
 from durable_harness.worlds.postgres.schema import MIGRATIONS
@@ -83,18 +84,23 @@ def test_migrations_are_recorded_and_applied_once(url: str) -> None:
     assert rows == [(n, name) for n, (name, _) in enumerate(MIGRATIONS, start=1)]
 
 
-def test_a_signal_of_an_older_world_becomes_the_first_of_its_name(url: str) -> None:
-    with PostgresWorld(url) as world:
+@contextlib.contextmanager
+def older_world(url: str, version: int, monkeypatch: pytest.MonkeyPatch) -> Iterator[PostgresWorld]:
+    """A World made by a durable-harness whose schema ended at ``version``: today's code
+    with only the first ``version`` migrations (what it writes there, an older one wrote)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(postgres.schema, "MIGRATIONS", MIGRATIONS[:version])
+        with PostgresWorld(url) as world:
+            assert world.schema_version == version
+            yield world
+
+
+def test_a_signal_of_an_older_world_becomes_the_first_of_its_name(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with older_world(url, 1, monkeypatch) as world:  # one signal per name
         claimed(world)
-    # Back to schema version 2 (one signal per name), holding one signal.
-    older = next(s for s in MIGRATIONS[0][1] if "TABLE durable_harness.signals" in s)
     with raw(url) as conn:
-        conn.execute("DROP TABLE durable_harness.watches")
-        conn.execute("DROP TABLE durable_harness.signal_log")
-        conn.execute(older)
-        conn.execute(
-            "DELETE FROM durable_harness.schema_version WHERE version > %s", (len(MIGRATIONS) - 1,)
-        )
         conn.execute(
             "INSERT INTO durable_harness.signals VALUES ('t1', 'ci', '{\"status\": \"failed\"}', 0)"
         )
@@ -104,6 +110,43 @@ def test_a_signal_of_an_older_world_becomes_the_first_of_its_name(url: str) -> N
         assert (old.index, old.delivery_id, old.claimed_by) == (0, "legacy", None)
         assert world.send_signal("t1", "ci", '{"status": "passed"}') is True
         assert [s.index for s in world.list_signals("t1", "ci")] == [0, 1]
+
+
+def test_turns_of_a_world_before_the_event_log_get_events_and_can_be_cancelled(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with older_world(url, 2, monkeypatch) as world:
+        world.create_session("s1")
+        for turn_id in ("done", "running", "queued"):
+            world.create_turn("s1", turn_id, "hi", {})
+        finished = world.claim_turn("done", "w1", 30)
+        assert finished is not None
+        world.complete_turn(finished, "ok")
+        lease = world.claim_turn("running", "w1", 30)
+        assert lease is not None
+        world.insert_intent(step(lease, 0))
+    with PostgresWorld(url) as world:
+        assert world.schema_version == len(MIGRATIONS)
+        assert {c.name: c.ok for c in world.doctor()}["schema"]
+        # The running turn's worker keeps its lease: its fenced appends land, a zombie's not.
+        assert world.append_event("running", "a", "k", {}, epoch=lease.epoch).seq == 1
+        with pytest.raises(LeaseLost):
+            world.append_event("running", "b", "k", {}, epoch=lease.epoch - 1)
+        world.cancel_turn(lease, "stopped")
+        cancelled = world.get_turn("running")
+        assert (cancelled.status, cancelled.error) == (TurnStatus.CANCELLED, "stopped")
+        assert [s.seq for s in world.load_steps("running")] == [0]
+        # A turn that ended before the migration: serve reconciles its log.
+        assert world.append_event("done", "turn:ended", "turn.ended", {}).seq == 1
+        assert world.get_turn("done").result == "ok"
+        claim = world.claim("w2", 30)
+        assert claim is not None and claim.turn_id == "queued"
+        assert world.claim("w2", 30) is None  # the cancelled turn is not delivered again
+        world.put_owner("turn", "queued", "acme", 1.0)
+        assert world.list_owned("acme", "turn") == [(1.0, "queued")]
+        assert world.take_rate("acme", 1, 60) is True
+    with raw(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE durable_harness.turns SET status = 'halfway'")
 
 
 def test_workers_starting_at_once_migrate_once(url: str) -> None:
@@ -238,6 +281,23 @@ def test_bad_rows_are_corrupt_journal(world: PostgresWorld, url: str) -> None:
         world.get_blob("../../etc/passwd")
 
 
+def test_event_data_keeps_what_jsonb_cannot_and_a_bad_row_is_corrupt(
+    world: PostgresWorld, url: str
+) -> None:
+    """A model's streamed text may hold NUL or half a surrogate pair: the log keeps it."""
+    claimed(world)
+    data = {"text": "a\x00b\ud83dc"}
+    world.append_event("t1", "a", "text.delta", data)
+    assert world.read_events("t1")[0].data == data
+    with raw(url) as conn:
+        conn.execute("UPDATE durable_harness.events SET data = '[1]'")
+        with pytest.raises(CorruptJournal, match="turn t1 event 1"):
+            world.read_events("t1")
+        conn.execute("UPDATE durable_harness.events SET data = 'not json'")
+        with pytest.raises(CorruptJournal, match="turn t1 event 1"):
+            world.append_event("t1", "a", "text.delta", data)  # the known key, read back
+
+
 # -- wake-ups -------------------------------------------------------------------------------
 def timed_wait(world: PostgresWorld, timeout: float) -> float:
     started = time.monotonic()
@@ -295,6 +355,51 @@ def test_wait_for_work_survives_a_server_restart() -> None:
         assert woke < 1.0, woke
 
 
+def timed_wait_for_events(world: PostgresWorld, timeout: float) -> float:
+    started = time.monotonic()
+    world.wait_for_events(timeout)
+    return time.monotonic() - started
+
+
+def test_wait_for_events_wakes_every_waiter_and_only_on_events(url: str) -> None:
+    """serve follows turns from many threads: one append wakes all of them at once. Events
+    and new work have channels of their own: neither wakes the other's waiters."""
+    with PostgresWorld(url) as idle, PostgresWorld(url) as other:
+        idle.wait_for_events(5.0)  # starts listening
+        idle.wait_for_work(5.0)
+        lease = claimed(other)  # a running turn: no job is due for 30 s
+        idle.wait_for_work(0.1)  # takes in the turn's creation
+        woke: list[float] = []
+        appending: list[float] = []
+
+        def waiter() -> None:
+            idle.wait_for_events(5.0)  # a thread's first call returns at once
+            idle.wait_for_events(5.0)
+            woke.append(time.monotonic())
+
+        def append() -> None:
+            appending.append(time.monotonic())
+            other.append_event("t1", "a", "k", {})
+
+        threads = [threading.Thread(target=waiter) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        timer = threading.Timer(0.3, append)
+        timer.start()
+        assert 0.25 <= timed_wait(idle, 0.6) < 1.5  # an event is not work
+        for thread in [*threads, timer]:
+            thread.join()
+        # Each waiter slept until the append, and woke with it, not at its timeout.
+        assert len(woke) == 3 and all(0 < w - appending[0] < 1.0 for w in woke), woke
+        # This thread read nothing before that append and has not waited since: the
+        # notification the others took in is news to it too.
+        assert timed_wait_for_events(idle, 5.0) < 0.5
+        timer = threading.Timer(0.2, lambda: other.release(lease))
+        timer.start()
+        assert 0.55 <= timed_wait_for_events(idle, 0.6) < 1.5  # work is not an event
+        timer.join()
+
+
 # -- reconnection and lost commits ----------------------------------------------------------
 def test_every_operation_reconnects_after_a_server_restart() -> None:
     with PostgresServer() as pg, PostgresWorld(pg.url()) as world:
@@ -306,6 +411,10 @@ def test_every_operation_reconnects_after_a_server_restart() -> None:
         world.insert_intent(step(lease, 1))
         pg.restart()
         assert [s.status for s in world.load_steps("t1")] == [StepStatus.DONE, StepStatus.INTENT]
+        world.append_event("t1", "a", "k", {}, epoch=lease.epoch)
+        pg.restart()
+        assert world.append_event("t1", "b", "k", {}).seq == 2
+        assert world.take_rate("b", 1, 60) is True
         world.complete_turn(lease, "done")
         assert world.get_turn("t1").status is TurnStatus.DONE
 
@@ -388,11 +497,19 @@ def test_a_retried_write_whose_first_try_committed_succeeds(
 
 
 # -- fencing under concurrency ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda w, lease: w.insert_intent(step(lease, 0)), id="intent"),
+        pytest.param(lambda w, lease: w.append_event("t1", "a", "k", {}, lease.epoch), id="event"),
+    ],
+)
 def test_a_stale_write_waiting_on_a_claim_rechecks_the_new_epoch(
-    world: PostgresWorld, url: str
+    world: PostgresWorld, url: str, write: Callable[[PostgresWorld, Lease], object]
 ) -> None:
-    """A claim in flight holds the job row; a zombie's intent waits for it, then sees the
-    epoch the claim committed and is refused, instead of slipping in on the old one."""
+    """A claim in flight holds the job row; a zombie's intent (or event) waits for it, then
+    sees the epoch the claim committed and is refused, instead of slipping in on the old
+    one."""
     lease = claimed(world)
     outcome: list[BaseException | None] = []
     with raw(url) as conn, conn.transaction():
@@ -403,7 +520,7 @@ def test_a_stale_write_waiting_on_a_claim_rechecks_the_new_epoch(
 
         def zombie() -> None:
             try:
-                world.insert_intent(step(lease, 0))
+                write(world, lease)
                 outcome.append(None)
             except BaseException as exc:
                 outcome.append(exc)
@@ -414,7 +531,35 @@ def test_a_stale_write_waiting_on_a_claim_rechecks_the_new_epoch(
         assert outcome == []  # blocked on the claim's row lock
     thread.join(timeout=10)
     assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost), outcome
-    assert world.load_steps("t1") == []
+    assert world.load_steps("t1") == [] and world.read_events("t1") == []
+
+
+def test_an_append_of_a_key_committed_meanwhile_returns_it_and_burns_no_seq(
+    world: PostgresWorld, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two appends of one key racing (a worker and serve's reconciling, or a retry after a
+    lost reply) leave one event, and the next event gets the next seq."""
+    claimed(world)
+    lost = LoseReplyOnce(monkeypatch, postgres.events.APPEND_EVENT)
+    assert world.append_event("t1", "first", "k", {}).seq == 1  # committed, reply lost
+    assert lost.lost == 1
+    returned: list[Event] = []
+    with raw(url) as conn, conn.transaction():
+        # An append in flight, holding the turn's head row: the World's append of the same
+        # key begins before it commits, so that key is not in its snapshot.
+        params = {"turn_id": "t1", "key": "a", "kind": "k", "data": '{"by":"raw"}', "epoch": None}
+        conn.execute(postgres.events.APPEND_EVENT, params)
+        thread = threading.Thread(
+            target=lambda: returned.append(world.append_event("t1", "a", "k", {"by": "world"}))
+        )
+        thread.start()
+        time.sleep(0.3)
+        assert returned == []  # waiting for the head row
+    thread.join(timeout=10)
+    [event] = returned
+    assert (event.seq, event.data) == (2, {"by": "raw"})
+    assert world.append_event("t1", "b", "k", {}).seq == 3
+    assert [(e.seq, e.key) for e in world.read_events("t1")] == [(1, "first"), (2, "a"), (3, "b")]
 
 
 def test_claims_under_contention_hand_each_turn_out_once(world: PostgresWorld, url: str) -> None:

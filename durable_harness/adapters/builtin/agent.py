@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -189,15 +190,43 @@ class _SessionStart:
 
 
 def session_start(world: World, session_id: str, turn_index: int) -> _SessionStart:
-    """History from the session's earlier, finished turns; the workspace they left (or
-    the session's seed)."""
+    """History from the session's earlier turns that are done or cancelled (what a
+    cancelled one finished); the workspace they left (or the session's seed)."""
     history: list[dict[str, Any]] = []
     for turn in world.list_turns(session_id):
-        if turn.index >= turn_index or turn.status is not TurnStatus.DONE:
+        if turn.index >= turn_index or turn.status not in CONTINUED:
             continue
         steps = world.load_steps(turn.turn_id)
-        history.extend(conversation_from_journal(world, turn.prompt, steps))
+        if turn.status is TurnStatus.CANCELLED:
+            steps = [s for s in steps if s.status is not StepStatus.INTENT]
+            if not any(s.kind == "model" for s in steps):
+                continue  # cancelled before the model said anything: nothing to continue
+            messages = conversation_from_journal(world, turn.prompt, steps)
+            history.extend(close_unanswered(messages, turn.error or "cancelled"))
+        else:
+            history.extend(conversation_from_journal(world, turn.prompt, steps))
     return _SessionStart(history, session_snapshot(world, session_id, turn_index))
+
+
+#: The statuses of the earlier turns a session's next turn continues from.
+CONTINUED = (TurnStatus.DONE, TurnStatus.CANCELLED)
+
+
+def close_unanswered(messages: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]:
+    """``messages`` of a cancelled turn, with a result for each tool use of its last
+    reply that never ran (the API refuses a tool use without one): the cancel's reason."""
+    at = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+    if at is None:
+        return messages
+    asked = [b["id"] for b in messages[at]["content"] if b.get("type") == "tool_use"]
+    after = messages[at + 1 :]  # at most the user message of the results that came
+    answered = {b.get("tool_use_id") for m in after for b in m["content"]}
+    note = {"content": f"not run: the turn was cancelled ({reason})", "is_error": True}
+    missing = [tool_result_block(i, note) for i in asked if i not in answered]
+    if not missing:
+        return messages
+    results = [b for m in after for b in m["content"]]
+    return [*messages[: at + 1], {"role": "user", "content": [*results, *missing]}]
 
 
 class BuiltinAdapter(Adapter):
@@ -278,7 +307,7 @@ class _Loop:
                     name=self.model,
                     key=ordinal_model_key(n),
                     input=request,
-                    call=lambda _seq, req=request: self._call_model(req),  # type: ignore[misc]
+                    call=lambda seq, req=request: self._call_model(req, seq),  # type: ignore[misc]
                     replay="safe",
                     store_input=False,
                 ).value
@@ -298,8 +327,12 @@ class _Loop:
             if self._client is not None:
                 self._client.close()
 
-    def _call_model(self, request: dict[str, Any]) -> Outcome:
-        reply = self.client.create(request)
+    def _call_model(self, request: dict[str, Any], seq: int) -> Outcome:
+        events = self.journal.events
+        # With an event log to write, the reply streams: its text reaches the log (and an
+        # app following the turn) while the model is still writing.
+        on_text = None if events is None else partial(events.text, seq)
+        reply = self.client.create(request, on_text=on_text)
         usage = reply.get("usage", {})
         return Outcome(
             reply,

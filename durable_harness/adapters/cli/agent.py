@@ -19,10 +19,17 @@ launch runs next). Inside a launch:
 
 Where it runs is :func:`~.cli.where.open_cli_host`; the CLI's version is checked there
 against the spec's pin before every launch.
+
+A cancelled turn (``run.cancel``) ends its launch as the proxy's fatal error does: the
+CLI and everything it started are killed (the reaper on a host folder, the job's process
+group and what it left running in the container), the session record is saved once more
+(what the CLI wrote up to then: a later turn of the session continues from it) and the
+launch stays an intent.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import subprocess
 import threading
@@ -57,7 +64,7 @@ from durable_harness.adapters.proxy.policy import policy_of
 from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallbacks, Upstream
 from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.push_tool import GIT_PUSH, push_tools
-from durable_harness.core.errors import ConfigError
+from durable_harness.core.errors import ConfigError, TurnCancelled
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, TurnConfig
@@ -68,6 +75,8 @@ from durable_harness.harness.tools import Tool, load_user_tools
 from durable_harness.harness.waits import WAIT_TOOL_NAMES
 
 __all__ = ["CliAdapter", "check_version", "find_binary", "wait_for_record"]
+
+log = logging.getLogger(__name__)
 
 #: (where, binary) -> the version it reported: a host binary or an image's is asked once.
 _versions_seen: dict[tuple[str, str], str] = {}
@@ -274,9 +283,16 @@ class CliLauncher:
                 self.gate.stop = proxy.fail  # a pending wait stops the CLI (then parks)
             if cli is None:
                 cli = host.start(spec.launch(ctx, endpoint))
+            # A cancel stops the launch like a fatal error of the proxy: the CLI is killed.
+            unregister = run.cancel.add_stopper(lambda why: proxy.fail(TurnCancelled(why)))
             try:
                 finished = supervise(cli, proxy, output.feed)
+            except TurnCancelled:
+                if not journal.replay_only:
+                    self._save_cancelled(ctx, output.fields())
+                raise
             finally:
+                unregister()
                 if stop_mode:
                     self.gate.stopped.set()  # the CLI is gone: release a held wait hook
         outcome: dict[str, Any] = {"reply": output.reply(finished, proxy.upstream_errors)}
@@ -286,6 +302,15 @@ class CliLauncher:
         # The launch's HOME (with the record) goes once the launch is journaled
         # (run_launches): a worker that dies before re-attaches and reads it again.
         return outcome
+
+    def _save_cancelled(self, ctx: LaunchContext, fields: dict[str, Any]) -> None:
+        """Save the session record as the stopped CLI left it (its finished calls and
+        their results, past the last save before a tool intent)."""
+        try:
+            with self._save_lock:
+                self.spec.record.final(ctx, {"reply": "", **fields})
+        except Exception:  # the saves before each tool intent remain
+            log.exception("saving the session record of a cancelled launch failed")
 
     def _model_made(self, saver: BeforeIntent) -> BeforeIntent:
         """``saver`` for model-made tool uses only: a made-up id (refused by the hooks)

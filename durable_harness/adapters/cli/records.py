@@ -117,10 +117,21 @@ def latest_turn_transcript(
     return None
 
 
-def previous_turn_transcript(world: World, session_id: str, index: int) -> str | None:
-    """The final transcript of the session's newest finished turn before ``index``."""
+#: ``(world, session_id, turn_id, epoch)`` -> the turn's newest record save by an epoch
+#: before ``epoch`` (:func:`latest_turn_transcript`'s shape), or None.
+LatestSave = Callable[[World, str, str, int], str | None]
+
+
+def previous_turn_transcript(
+    world: World, session_id: str, index: int, latest_save: LatestSave | None = None
+) -> str | None:
+    """The final transcript of the session's newest finished turn before ``index``: the
+    outcome of its last finished launch; for a turn that was cancelled mid-launch (given
+    ``latest_save``), the newest save of its record (before a tool intent, or when its CLI
+    was stopped), so the next turn continues from what the cancelled one finished. A turn
+    cancelled before it ran has neither and is passed over."""
     for turn in reversed(world.list_turns(session_id)):
-        if turn.index >= index or turn.status is not TurnStatus.DONE:
+        if turn.index >= index or turn.status not in (TurnStatus.DONE, TurnStatus.CANCELLED):
             continue
         launches = [s for s in world.load_steps(turn.turn_id) if is_launch_key(s.key)]
         done = [s for s in launches if s.status is StepStatus.DONE]
@@ -128,6 +139,10 @@ def previous_turn_transcript(world: World, session_id: str, index: int) -> str |
             value = decode_output(world, done[-1])
             if isinstance(value, dict) and value.get("transcript"):
                 return str(value["transcript"])
+        if turn.status is TurnStatus.CANCELLED and latest_save is not None:
+            saved = latest_save(world, session_id, turn.turn_id, turn.epoch + 1)
+            if saved is not None:
+                return saved
     return None
 
 

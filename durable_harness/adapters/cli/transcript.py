@@ -21,6 +21,7 @@ from durable_harness.adapters.cli.records import (
 )
 from durable_harness.adapters.cli.spec import BeforeIntent, LaunchContext
 from durable_harness.core.types import Step
+from durable_harness.core.world import World
 
 __all__ = ["TranscriptFile"]
 
@@ -55,7 +56,12 @@ class TranscriptFile:
         )
 
     def previous(self, run: TurnRun) -> str | None:
-        return previous_turn_transcript(run.world, run.turn.session_id, run.turn.index)
+        prefix = self.record_prefix
+
+        def latest_save(world: World, session_id: str, turn_id: str, epoch: int) -> str | None:
+            return latest_turn_transcript(world, session_id, turn_id, epoch, prefix)
+
+        return previous_turn_transcript(run.world, run.turn.session_id, run.turn.index, latest_save)
 
     def resume_message(self, run: TurnRun, steps: list[Step], saved: Any) -> str:
         data = self._store(run).load(str(saved))

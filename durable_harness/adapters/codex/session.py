@@ -71,9 +71,10 @@ def latest_turn_rollout(world: World, session_id: str, turn_id: str, epoch: int)
 
 
 def previous_turn_rollout(world: World, session_id: str, index: int) -> Rollout | None:
-    """The final rollout of the session's newest finished turn before ``index``."""
+    """The final rollout of the session's newest finished turn before ``index``; of a turn
+    cancelled mid-launch, its newest save (before a tool intent): what it finished."""
     for turn in reversed(world.list_turns(session_id)):
-        if turn.index >= index or turn.status is not TurnStatus.DONE:
+        if turn.index >= index or turn.status not in (TurnStatus.DONE, TurnStatus.CANCELLED):
             continue
         launches = [s for s in world.load_steps(turn.turn_id) if is_launch_key(s.key)]
         done = [s for s in launches if s.status is StepStatus.DONE]
@@ -82,6 +83,10 @@ def previous_turn_rollout(world: World, session_id: str, index: int) -> Rollout 
             rollout = Rollout.of(value.get("rollout") if isinstance(value, dict) else None)
             if rollout is not None:
                 return rollout
+        if turn.status is TurnStatus.CANCELLED:
+            saved = latest_turn_rollout(world, session_id, turn.turn_id, turn.epoch + 1)
+            if saved is not None:
+                return saved
     return None
 
 

@@ -147,7 +147,9 @@ class _Database:
         return latest_turn_save(run.world, turn.session_id, turn.turn_id, epoch)
 
     def previous(self, run: TurnRun) -> str | None:
-        return previous_turn_transcript(run.world, run.turn.session_id, run.turn.index)
+        return previous_turn_transcript(
+            run.world, run.turn.session_id, run.turn.index, latest_turn_save
+        )
 
     def resume_message(self, run: TurnRun, steps: list[Step], saved: Any) -> str:
         facts = database_facts(DatabaseStore(run.world).load(str(saved)), steps)

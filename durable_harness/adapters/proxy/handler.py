@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -224,7 +225,11 @@ class ProxyHandler:
 
     def _tee_stream(self, step: OpenStep, reply: UpstreamReply, started: float) -> None:
         proxy = self.proxy
-        teed = tee_stream(reply, ChunkedReply(self.exchange), self.wire, proxy._closing)
+        events = proxy.steps.journal.events
+        on_text = None if events is None else partial(events.text, step.step.seq)
+        teed = tee_stream(
+            reply, ChunkedReply(self.exchange), self.wire, proxy._closing, on_text=on_text
+        )
         if teed.problem is not None:
             proxy.note_upstream_error(teed.problem)
             self.exchange.cut()  # the CLI sees the stream break, as it did upstream

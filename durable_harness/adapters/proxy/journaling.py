@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,9 +164,11 @@ def tee_stream(
     client: ChunkedReply,
     wire: WireFormat,
     closing: threading.Event,
+    on_text: Callable[[str], None] | None = None,
 ) -> Teed:
     """Pass upstream's events to ``client`` as they arrive and keep them; see the module
-    docstring. The chunked response to the CLI is started here."""
+    docstring. The chunked response to the CLI is started here. ``on_text`` gets each
+    piece of model text as its event arrives (the turn's live text)."""
     headers = reply.passed_headers()
     splitter = EventSplitter()
     kept: list[str] = []
@@ -189,6 +192,9 @@ def tee_stream(
                     continue
                 kept.append(text)
                 parsed.append(event.data)
+                piece = wire.text_delta(event) if on_text is not None else None
+                if piece and on_text is not None:
+                    on_text(piece)
                 if held is None and wire.holds_back(event):
                     held = len(kept) - 1
                 if event.type == wire.final_event:

@@ -9,7 +9,8 @@ Several worker processes on one machine may share the folder. The World is compo
 its facets, one module each: :mod:`.db` (the connection, transactions and migrations, and
 the fence every lease-holder's write passes), :mod:`.blobs` (the blob folder),
 :mod:`.catalog` (sessions and turns), :mod:`.queue` (the queue, leases and waits, kept in
-the turns table) and :mod:`.journal` (the steps); :mod:`.schema` is what is stored.
+the turns table), :mod:`.journal` (the steps), :mod:`.events` (each turn's event log) and
+:mod:`.tenancy` (API tokens, owners, rate counters); :mod:`.schema` is what is stored.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from durable_harness.core.world import World
 from durable_harness.worlds.local.blobs import BlobFolder
 from durable_harness.worlds.local.catalog import LocalCatalog
 from durable_harness.worlds.local.db import BUSY_TIMEOUT_MS, DB_NAME, OTHER_FOLDER, Database
+from durable_harness.worlds.local.events import LocalEvents
 from durable_harness.worlds.local.journal import LocalJournal
 from durable_harness.worlds.local.queue import LocalQueue
 from durable_harness.worlds.local.schema import MIGRATIONS
+from durable_harness.worlds.local.tenancy import LocalTenancy
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -60,7 +63,7 @@ class LocalSettings(WorldSettings):
         return {"data_dir": self.data_dir}
 
 
-class LocalWorld(LocalCatalog, LocalQueue, LocalJournal, World):
+class LocalWorld(LocalCatalog, LocalQueue, LocalJournal, LocalEvents, LocalTenancy, World):
     """A World in a local folder; see the module docstring for the layout and its facets."""
 
     settings_model: ClassVar[type[WorldSettings]] = LocalSettings

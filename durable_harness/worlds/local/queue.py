@@ -13,7 +13,7 @@ import dataclasses
 import sqlite3
 import time
 
-from durable_harness.core.types import Lease, Turn, TurnStatus
+from durable_harness.core.types import FINISHED, Lease, Turn, TurnStatus
 from durable_harness.core.world import Queue, Signal, delivery_key
 from durable_harness.worlds.local.db import Database, fence, load_turn, turn_row
 from durable_harness.worlds.local.schema import turn_from_row
@@ -67,7 +67,7 @@ class LocalQueue(Queue):
             now = time.time()
             row = turn_row(conn, turn_id)
             turn = turn_from_row(row)
-            if turn.status in (TurnStatus.DONE, TurnStatus.FAILED):
+            if turn.status in FINISHED:
                 return None
             visible_at = row["visible_at"]
             deliverable = (

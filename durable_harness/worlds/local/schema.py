@@ -82,6 +82,28 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             "CREATE INDEX watches_ref ON watches(scope, ref)",
         ),
     ),
+    (
+        "event log, API tokens, owners, rate counters",
+        (
+            # A turn's event log (core/world.py EventLog): seq 1, 2, ... per turn, key once.
+            """CREATE TABLE events (
+                turn_id TEXT NOT NULL REFERENCES turns(turn_id), seq INTEGER NOT NULL,
+                key TEXT NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL,
+                at REAL NOT NULL, epoch INTEGER,
+                PRIMARY KEY (turn_id, seq), UNIQUE (turn_id, key))""",
+            """CREATE TABLE api_tokens (
+                token_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, digest TEXT NOT NULL,
+                created_at REAL NOT NULL, operator INTEGER NOT NULL, label TEXT NOT NULL,
+                revoked_at REAL)""",
+            """CREATE TABLE owners (
+                kind TEXT NOT NULL, item_id TEXT NOT NULL, tenant TEXT NOT NULL,
+                created_at REAL NOT NULL, PRIMARY KEY (kind, item_id))""",
+            "CREATE INDEX owners_page ON owners(tenant, kind, created_at DESC, item_id DESC)",
+            """CREATE TABLE rate_counters (
+                bucket TEXT NOT NULL, window INTEGER NOT NULL, used INTEGER NOT NULL,
+                PRIMARY KEY (bucket, window))""",
+        ),
+    ),
 ]
 
 _E = TypeVar("_E", TurnStatus, StepStatus)

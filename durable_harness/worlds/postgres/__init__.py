@@ -20,7 +20,12 @@ How the contract is kept:
 * **Durability.** Each journal write is one autocommit statement, one round trip, durable
   when it returns (``synchronous_commit`` on, the server's default).
 * **Wake-ups.** Creating, enqueueing and releasing a turn ``NOTIFY`` :data:`CHANNEL`;
-  :meth:`PostgresWorld.wait_for_work` ``LISTEN`` s on a connection of its own.
+  :meth:`PostgresWorld.wait_for_work` ``LISTEN`` s on a connection of its own. Appending
+  an event notifies :data:`EVENTS_CHANNEL` (its own, so workers sleep through streamed
+  text), which :meth:`PostgresWorld.wait_for_events` hears the same way (:mod:`.listener`).
+* **Events.** A turn's appends are serialized on its ``event_heads`` row, bumped in the
+  statement that inserts the event, so seqs are gap-free and become visible in order
+  (:mod:`.events`).
 * **Reconnection.** A failed connection is replaced and the operation retried for up to
   :data:`RECONNECT_SECONDS` (a server restart cuts every pooled connection). A write whose
   connection died may or may not have committed: each write's retry recognizes its own
@@ -28,14 +33,14 @@ How the contract is kept:
 
 The World is composed of its facets, one module each: :mod:`.connections` (the pool and
 the retrying ``_run`` every facet's operation goes through), :mod:`.catalog` (blobs,
-sessions, turns), :mod:`.queue` (jobs, leases, waits) and :mod:`.journal` (steps).
+sessions, turns), :mod:`.queue` (jobs, leases, waits), :mod:`.journal` (steps),
+:mod:`.events` (the event log) and :mod:`.tenancy` (API tokens, owners, rate counters).
 
 A World must not cross ``fork()``: open it in the process that uses it.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, ClassVar
 
 import psycopg
@@ -56,12 +61,17 @@ from durable_harness.core.world import World
 from durable_harness.worlds.postgres import connections, schema
 from durable_harness.worlds.postgres.catalog import BLOB_PROBE_BYTES, PostgresCatalog
 from durable_harness.worlds.postgres.connections import RECONNECT_SECONDS
+from durable_harness.worlds.postgres.events import PostgresEventLog
 from durable_harness.worlds.postgres.journal import PostgresJournal
+from durable_harness.worlds.postgres.listener import Listener
 from durable_harness.worlds.postgres.queue import CHANNEL, MIN_WAIT_SECONDS, PostgresQueue
+from durable_harness.worlds.postgres.schema import EVENTS_CHANNEL
+from durable_harness.worlds.postgres.tenancy import PostgresTenancy
 
 __all__ = [
     "BLOB_PROBE_BYTES",
     "CHANNEL",
+    "EVENTS_CHANNEL",
     "MIN_WAIT_SECONDS",
     "POOL_MAX_SIZE",
     "RECONNECT_SECONDS",
@@ -81,7 +91,9 @@ class PostgresSettings(WorldSettings):
         return {} if self.postgres_url is None else {"url": self.postgres_url}
 
 
-class PostgresWorld(PostgresCatalog, PostgresQueue, PostgresJournal, World):
+class PostgresWorld(
+    PostgresCatalog, PostgresQueue, PostgresJournal, PostgresEventLog, PostgresTenancy, World
+):
     """A World in a PostgreSQL database; see the module docstring for how it works."""
 
     settings_model: ClassVar[type[WorldSettings]] = PostgresSettings
@@ -121,8 +133,8 @@ class PostgresWorld(PostgresCatalog, PostgresQueue, PostgresJournal, World):
         except PoolTimeout as exc:
             self._pool.close()
             raise WorldError(f"cannot open connections to PostgreSQL at {self.where}") from exc
-        self._listener: psycopg.Connection[Any] | None = None
-        self._listen_lock = threading.Lock()
+        self._work_listener = Listener(url, self.where, CHANNEL)
+        self._event_listener = Listener(url, self.where, EVENTS_CHANNEL)
 
     # -- health ----------------------------------------------------------------------------
     def doctor(self) -> list[Check]:

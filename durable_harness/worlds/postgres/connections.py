@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -27,6 +26,9 @@ from durable_harness.core.errors import (
 from durable_harness.worlds.postgres import schema, sql
 from durable_harness.worlds.postgres.sql import Row
 
+if TYPE_CHECKING:
+    from durable_harness.worlds.postgres.listener import Listener
+
 log = logging.getLogger("durable_harness.worlds.postgres")
 
 #: How long an operation keeps trying to get a working connection back before it fails.
@@ -40,8 +42,8 @@ class PostgresConnections:
 
     where: schema.Where
     _pool: ConnectionPool[psycopg.Connection[Any]]
-    _listener: psycopg.Connection[Any] | None
-    _listen_lock: threading.Lock
+    _work_listener: Listener  # wait_for_work
+    _event_listener: Listener  # wait_for_events
 
     def _run(self, what: str, op: Callable[[psycopg.Connection[Any], bool], _T]) -> _T:
         """Run ``op(conn, retried)`` on a pooled connection, retrying on a lost connection.
@@ -87,10 +89,8 @@ class PostgresConnections:
                 raise WorldError(f"PostgreSQL World at {self.where}: {what}: {exc}") from exc
 
     def close(self) -> None:
-        with self._listen_lock:
-            if self._listener is not None:
-                self._listener.close()
-                self._listener = None
+        self._work_listener.close()
+        self._event_listener.close()
         self._pool.close()
 
     def _fence_error(self, conn: psycopg.Connection[Any], turn_id: str, epoch: int) -> Exception:

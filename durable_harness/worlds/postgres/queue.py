@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 import psycopg
 
 from durable_harness.core.errors import (
-    DurableHarnessError,
     NotFound,
 )
 from durable_harness.core.types import Lease, TurnStatus
 from durable_harness.core.world import Queue, Signal, delivery_key
 from durable_harness.worlds.postgres import connections as db
 from durable_harness.worlds.postgres import schema, sql
-from durable_harness.worlds.postgres.connections import PostgresConnections, log, one_line
+from durable_harness.worlds.postgres.connections import PostgresConnections
 from durable_harness.worlds.postgres.sql import Row
 
 CHANNEL = schema.CHANNEL
@@ -28,7 +26,6 @@ class PostgresQueue(PostgresConnections, Queue):
     """The :class:`Queue` facet of :class:`~durable_harness.worlds.postgres.PostgresWorld`."""
 
     max_attempts: int
-    _url: str
 
     def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
         params = {"turn_id": turn_id, "delay": float(delay)}
@@ -231,29 +228,18 @@ class PostgresQueue(PostgresConnections, Queue):
         The first call only starts listening and returns at once, so that the caller
         looks at the queue again: a notification sent before ``LISTEN`` would be lost.
         """
-        with self._listen_lock:
-            listener = self._listener
-            try:
-                if listener is None or listener.closed:
-                    self._listener = schema.connect(self._url, self.where)
-                    self._listener.execute(f"LISTEN {CHANNEL}")
-                    return
-                # Nothing notifies when a lease runs out: sleep until it does (a dead
-                # worker's turn is redelivered at its lease's end, not at the next poll).
-                # The floor keeps a job that is visible but locked from causing a spin.
-                row = listener.execute(sql.NEXT_VISIBLE).fetchone()
-                if row is not None and row[0] is not None:
-                    timeout = min(timeout, max(float(row[0]), MIN_WAIT_SECONDS))
-                if any(True for _ in listener.notifies(timeout=timeout, stop_after=1)):
-                    for _ in listener.notifies(timeout=0.0):  # drain: one wake-up is enough
-                        pass
-                return
-            except (psycopg.Error, DurableHarnessError) as exc:
-                log.warning("listening for new turns failed (%s); polling", one_line(exc))
-                if self._listener is not None:
-                    self._listener.close()
-                self._listener = None
-        time.sleep(timeout)
+        self._work_listener.wait(timeout, _next_visible)
+
+
+def _next_visible(conn: psycopg.Connection[Any]) -> float | None:
+    """Seconds until the next job is deliverable: nothing notifies when a lease runs out,
+    so the wait ends with it (a dead worker's turn is redelivered at its lease's end, not
+    at the next poll). The floor keeps a job that is visible but locked from causing a
+    spin."""
+    row = conn.execute(sql.NEXT_VISIBLE).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return max(float(row[0]), MIN_WAIT_SECONDS)
 
 
 def _is(turn: Row, status: str, epoch: int) -> bool:

@@ -9,6 +9,11 @@ shares a database with other applications without touching their tables::
     steps            the journal: PRIMARY KEY (turn_id, seq), UNIQUE (turn_id, key)
     signal_log       (turn_id, name, idx) -> payload, delivery id, the wait that took it
     watches          (scope, turn_id, name) -> the ref (commit or branch) webhooks match
+    events           the event log: PRIMARY KEY (turn_id, seq), UNIQUE (turn_id, key)
+    event_heads      turn_id -> the last event seq: the row lock that orders appends
+    api_tokens       serve's tokens: token_id -> tenant, sha256 of the secret, revoked_at
+    owners           (kind, item_id) -> the tenant owning a session or turn
+    rate_counts      (bucket, window_s, window_no) -> uses counted in that window
     blobs            content-addressed payloads (bytea), PRIMARY KEY digest
     session_records  (session_id, name) -> blob digest
     turn_view        turns joined with their job: what ``get_turn`` returns
@@ -37,6 +42,9 @@ from durable_harness.core.world import apply_migrations
 SCHEMA = "durable_harness"
 #: NOTIFY channel: a turn may have become claimable (created, enqueued, released).
 CHANNEL = "durable_harness_work"
+#: NOTIFY channel: an event was appended (the payload is its turn id). Apart from
+#: :data:`CHANNEL`, so idle workers are not woken by every piece of streamed text.
+EVENTS_CHANNEL = "durable_harness_events"
 #: Key of the transaction-level advisory lock that serializes migrations.
 MIGRATION_LOCK = 0x6475726162_6C65  # "durable" in ASCII: any fixed bigint would do
 MIN_SERVER_VERSION = 120000  # PostgreSQL 12
@@ -169,6 +177,64 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 ref text NOT NULL,
                 PRIMARY KEY (scope, turn_id, name))""",
             "CREATE INDEX watches_ref ON durable_harness.watches (scope, ref)",
+        ),
+    ),
+    (
+        "event log, api tokens, owners, rate counters, cancelled turns",
+        (
+            # The name PostgreSQL gave the inline CHECK of the initial schema.
+            """ALTER TABLE durable_harness.turns DROP CONSTRAINT turns_status_check,
+               ADD CONSTRAINT turns_status_check
+               CHECK (status IN ('open', 'done', 'failed', 'cancelled'))""",
+            # One row per turn with events: the last seq handed out. Each append bumps it,
+            # so the row lock it takes serializes a turn's appends (seq n commits before
+            # n + 1 is numbered: readers see the log in seq order, without gaps). A table of
+            # its own, narrow and with its one index on turn_id, keeps those updates HOT
+            # and off the wide, many-indexed turns row.
+            """CREATE TABLE durable_harness.event_heads (
+                turn_id text PRIMARY KEY REFERENCES durable_harness.turns (turn_id),
+                seq bigint NOT NULL) WITH (fillfactor = 50)""",
+            # data is canonical JSON in a text column, not jsonb: jsonb refuses the escapes
+            # of NUL and of a lone surrogate, which a model's streamed text may hold. No
+            # foreign key: its check would lock the turn's row at every event; the head
+            # row, which every append updates first, references the turn.
+            """CREATE TABLE durable_harness.events (
+                turn_id text NOT NULL,
+                seq bigint NOT NULL,
+                key text NOT NULL,
+                kind text NOT NULL,
+                data text NOT NULL,
+                at double precision NOT NULL,
+                epoch bigint,
+                PRIMARY KEY (turn_id, seq),
+                CONSTRAINT events_once_per_key UNIQUE (turn_id, key))""",
+            # Only the sha256 of a token's secret is stored.
+            """CREATE TABLE durable_harness.api_tokens (
+                token_id text PRIMARY KEY,
+                tenant text NOT NULL,
+                digest text NOT NULL,
+                created_at double precision NOT NULL,
+                operator boolean NOT NULL DEFAULT false,
+                label text NOT NULL DEFAULT '',
+                revoked_at double precision)""",
+            # COLLATE "C": ids page in code point order, as in every other World, whatever
+            # the database's collation.
+            """CREATE TABLE durable_harness.owners (
+                kind text NOT NULL,
+                item_id text COLLATE "C" NOT NULL,
+                tenant text NOT NULL,
+                created_at double precision NOT NULL,
+                PRIMARY KEY (kind, item_id))""",
+            """CREATE INDEX owners_newest
+               ON durable_harness.owners (tenant, kind, created_at DESC, item_id DESC)""",
+            # One row per bucket and window (window_no: the database clock divided by
+            # window_s); a bucket's earlier windows are deleted when it counts in a new one.
+            """CREATE TABLE durable_harness.rate_counts (
+                bucket text NOT NULL,
+                window_s double precision NOT NULL,
+                window_no bigint NOT NULL,
+                count integer NOT NULL,
+                PRIMARY KEY (bucket, window_s, window_no))""",
         ),
     ),
 ]

@@ -51,9 +51,15 @@ Consistency design (S3 has compare-and-swap on one object and no transaction):
   with each worker's clock: keep clocks in sync (a skewed clock shortens a lease; the
   fencing keeps the journal correct, the turn just changes hands early).
 
+* **The event log** (:mod:`.events`): one object per event, created with
+  ``If-None-Match: *`` at the next seq by a writer that knows every earlier one, so the
+  log has no gap and a key once. **Tenancy** (:mod:`.tenancy`): tokens, owners and rate
+  counters, each one object written conditionally.
+
 The queue, leases and waits are :mod:`.queue`; the blobs, sessions and turns
-:mod:`.catalog`; the steps :mod:`.journal`; all three write through :mod:`.store` (the
-bucket's layout and conditional writes) and wake turns through :mod:`.sqs`.
+:mod:`.catalog`; the steps :mod:`.journal`; the events :mod:`.events`; tokens, owners
+and rates :mod:`.tenancy`; all write through :mod:`.store` (the bucket's layout and
+conditional writes) and wake turns through :mod:`.sqs`.
 
 Claim order follows SQS's delivery order (strict on moto, best effort on a standard
 queue). Each process checks once, at start, that the S3 server honours conditional
@@ -64,6 +70,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlparse
@@ -79,17 +86,21 @@ from durable_harness.core.settings import (
 )
 from durable_harness.core.types import (
     UNFINISHED,
+    ApiToken,
     Check,
+    Event,
     Session,
     Step,
     Turn,
 )
 from durable_harness.core.world import Outcome, World
 from durable_harness.worlds.s3sqs.catalog import S3Catalog, turn_from_doc
+from durable_harness.worlds.s3sqs.events import S3EventLog
 from durable_harness.worlds.s3sqs.journal import S3Journal
 from durable_harness.worlds.s3sqs.queue import S3SqsQueue
 from durable_harness.worlds.s3sqs.sqs import SqsQueue
 from durable_harness.worlds.s3sqs.store import FETCH_THREADS, Layout, S3Store
+from durable_harness.worlds.s3sqs.tenancy import S3Tenancy
 
 __all__ = ["S3SqsSettings", "S3SqsWorld"]
 
@@ -158,6 +169,8 @@ class S3SqsWorld(S3SqsQueue, World):
         self._store = S3Store(self._s3, bucket, Layout(prefix))
         self._layout = self._store.layout
         self._journal = S3Journal(self._store)
+        self._events = S3EventLog(self._store, self._journal)
+        self._tenancy = S3Tenancy(self._store, self.now)
         self._queue = SqsQueue(self._sqs, queue_url)
         self._catalog = S3Catalog(self._store, self._queue.send)
         self._next_dead_letter_poll = 0.0
@@ -240,6 +253,56 @@ class S3SqsWorld(S3SqsQueue, World):
 
     def record_outcome(self, turn_id: str, seq: int, epoch: int, outcome: Outcome) -> None:
         self._journal.finish(turn_id, seq, epoch, outcome)
+
+    # -- the event log: events.py ----------------------------------------------------
+    def append_event(
+        self,
+        turn_id: str,
+        key: str,
+        kind: str,
+        data: dict[str, Any],
+        epoch: int | None = None,
+    ) -> Event:
+        return self._events.append(turn_id, key, kind, data, epoch)
+
+    def read_events(self, turn_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
+        return self._events.read(turn_id, after, limit)
+
+    def wait_for_events(self, timeout: float) -> None:
+        """Sleeps ``timeout`` (the default): S3 tells nobody that an object appeared, and
+        a reader's next ``read_events`` is one LIST, so ``serve`` polls at its own pace."""
+        time.sleep(timeout)
+
+    # -- tenancy: tenancy.py -------------------------------------------------------
+    def put_token(self, token: ApiToken) -> None:
+        self._tenancy.put_token(token)
+
+    def get_token(self, token_id: str) -> ApiToken:
+        return self._tenancy.get_token(token_id)
+
+    def list_tokens(self) -> list[ApiToken]:
+        return self._tenancy.list_tokens()
+
+    def revoke_token(self, token_id: str, at: float) -> ApiToken:
+        return self._tenancy.revoke_token(token_id, at)
+
+    def put_owner(self, kind: str, item_id: str, tenant: str, created_at: float) -> None:
+        self._tenancy.put_owner(kind, item_id, tenant, created_at)
+
+    def get_owner(self, kind: str, item_id: str) -> str | None:
+        return self._tenancy.get_owner(kind, item_id)
+
+    def list_owned(
+        self,
+        tenant: str,
+        kind: str,
+        limit: int = 100,
+        before: tuple[float, str] | None = None,
+    ) -> list[tuple[float, str]]:
+        return self._tenancy.list_owned(tenant, kind, limit, before)
+
+    def take_rate(self, bucket: str, limit: int, window_s: float) -> bool:
+        return self._tenancy.take_rate(bucket, limit, window_s)
 
 
 def _check(name: str, run: Callable[[], object], detail: str) -> Check:

@@ -15,6 +15,7 @@ from typing import Any
 
 from durable_harness.core.errors import LeaseLost, NotFound
 from durable_harness.core.types import (
+    FINISHED,
     Lease,
     TurnStatus,
 )
@@ -31,7 +32,8 @@ ORPHAN_RECHECK = 5.0
 MAX_RECEIVES_PER_CLAIM = 32
 #: How often a World looks into the dead-letter queue (from claim).
 DEAD_LETTER_POLL = 5.0
-_FINISHED = (TurnStatus.DONE, TurnStatus.FAILED)
+#: Never delivered again: done, failed (unless a manual ``enqueue`` retries it), cancelled.
+_FINISHED = tuple(FINISHED)
 _PARKED = (TurnStatus.QUEUED, TurnStatus.WAITING)  # no lease: deliverable at visible_at
 
 
@@ -60,7 +62,7 @@ class S3SqsQueue(Queue):
 
     # -- queue and leases ------------------------------------------------------------
     def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
-        # running: the lease holder has it; done: nothing is left to deliver
+        # running: the lease holder has it; done or cancelled: nothing is left to deliver
         self._wake(turn_id, (*_PARKED, TurnStatus.FAILED), delay)
 
     def _wake(self, turn_id: str, statuses: tuple[TurnStatus, ...], delay: float) -> None:

@@ -117,6 +117,11 @@ class Layout:
     turns/<tid>/turn.json                 the turn object: status, lease, epoch (CAS)
     turns/<tid>/steps/<seq:010d>          one journal row (or a void placeholder)
     turns/<tid>/keys/<sha256(key)>        the step key's marker -> seq (uniqueness)
+    turns/<tid>/events/<seq:012d>         one event of the turn's log (created in seq order)
+    tokens/<token id>                     an API token (its digest, tenant, revoked_at)
+    owners/<kind>/<item id>               who owns a session or turn (If-None-Match: once)
+    owned/<tenant>/<kind>/<order>         a tenant's items, newest first (tenancy.py)
+    rates/<bucket>/<window_s>/<window>    a rate counter: uses in one window (CAS)
     _durable-harness/probe                scratch object of the conditional-write check
     """
 
@@ -172,6 +177,27 @@ class Layout:
         """A webhook watch; without a turn, the prefix of every watch of ``scope``."""
         base = f"{self.prefix}watches/{ident(scope)}/"
         return f"{base}{ident(turn_id)}/{ident(name)}" if turn_id else base
+
+    def events(self, turn_id: str) -> str:
+        return f"{self.prefix}turns/{ident(turn_id)}/events/"
+
+    def event(self, turn_id: str, seq: int) -> str:
+        return f"{self.events(turn_id)}{seq:012d}"
+
+    def tokens(self) -> str:
+        return f"{self.prefix}tokens/"
+
+    def token(self, token_id: str) -> str:
+        return f"{self.tokens()}{ident(token_id)}"
+
+    def owner(self, kind: str, item_id: str) -> str:
+        return f"{self.prefix}owners/{ident(kind)}/{ident(item_id)}"
+
+    def owned(self, tenant: str, kind: str) -> str:
+        return f"{self.prefix}owned/{ident(tenant)}/{ident(kind)}/"
+
+    def rate(self, bucket: str, window_s: float, window: int) -> str:
+        return f"{self.prefix}rates/{ident(bucket)}/{float(window_s)!r}/{window}"
 
     def probe(self) -> str:
         return f"{self.prefix}_durable-harness/probe"

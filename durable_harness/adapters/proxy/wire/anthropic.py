@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_harness.adapters.proxy.sse import assemble_message, error_event, events_for_message
+from durable_harness.adapters.proxy.sse import (
+    SseEvent,
+    assemble_message,
+    error_event,
+    events_for_message,
+)
 from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable
 
 #: What Claude Code, Pi and OpenCode send on the Messages API (logged from their e2e
@@ -81,6 +86,13 @@ class AnthropicMessages(WireFormat):
 
     def events_for(self, response: dict[str, Any]) -> list[str]:
         return events_for_message(response)
+
+    def text_delta(self, event: SseEvent) -> str | None:
+        delta = event.data.get("delta") if event.type == "content_block_delta" else None
+        if isinstance(delta, dict) and delta.get("type") == "text_delta":
+            text = delta.get("text")
+            return text if isinstance(text, str) else None
+        return None
 
     def meta(self, response: dict[str, Any]) -> dict[str, Any]:
         usage = response.get("usage") or {}

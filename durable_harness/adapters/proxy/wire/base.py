@@ -112,6 +112,11 @@ class WireFormat(abc.ABC):
         """SSE event texts for a JSON response (a streaming request replaying a JSON answer)."""
 
     @abc.abstractmethod
+    def text_delta(self, event: SseEvent) -> str | None:
+        """The piece of model text ``event`` carries (what the turn's event log streams
+        live), or None: tool input, reasoning and bookkeeping events carry none."""
+
+    @abc.abstractmethod
     def meta(self, response: dict[str, Any]) -> dict[str, Any]:
         """Journal metadata of a response: ``input_tokens``, ``output_tokens``,
         ``stop_reason``, ``message_id``, ``tool_use_ids``."""

@@ -125,6 +125,16 @@ class OpenAIChatCompletions(WireFormat):
         frames = [chat_frame(chunk) for chunk in completion_chunks(response)]
         return [frame.decode() for frame in frames] + [f"data: {DONE}\n\n"]
 
+    def text_delta(self, event: SseEvent) -> str | None:
+        pieces = [
+            choice["delta"]["content"]
+            for choice in event.data.get("choices") or ()
+            if isinstance(choice, dict)
+            and isinstance(choice.get("delta"), dict)
+            and isinstance(choice["delta"].get("content"), str)
+        ]
+        return "".join(pieces) or None
+
     def meta(self, response: dict[str, Any]) -> dict[str, Any]:
         usage = response.get("usage") or {}
         choices = [c for c in response.get("choices") or [] if isinstance(c, dict)]

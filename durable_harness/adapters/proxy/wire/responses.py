@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_harness.adapters.proxy.sse import sse_frame, text_pieces
+from durable_harness.adapters.proxy.sse import SseEvent, sse_frame, text_pieces
 from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable, content_text
 
 #: What Codex and Pi send on the Responses API (logged from their e2e tests), and the
@@ -99,6 +99,12 @@ class OpenAIResponses(WireFormat):
 
     def events_for(self, response: dict[str, Any]) -> list[str]:
         return [sse_frame(name, data).decode() for name, data in response_events(response)]
+
+    def text_delta(self, event: SseEvent) -> str | None:
+        if event.type != "response.output_text.delta":
+            return None
+        delta = event.data.get("delta")
+        return delta if isinstance(delta, str) else None
 
     def meta(self, response: dict[str, Any]) -> dict[str, Any]:
         usage = response.get("usage") or {}

@@ -1,0 +1,118 @@
+"""The API's wire format: pydantic models of every request and response body, which
+FastAPI validates and publishes at ``/openapi.json``. Extra fields in a request are
+refused (a misspelt option is an error, not a silent default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateSession(_Request):
+    agent: str = Field(description="a registered agent (builtin, claude-code, codex, ...)")
+    workspace: str | None = Field(
+        default=None,
+        description="virtual or docker (the session's own workspace); default: the agent's own",
+    )
+    repo: str | None = Field(
+        default=None,
+        description="seed the workspace from this repository (one the operator allows)",
+    )
+    tools: list[str] = Field(
+        default_factory=list, description="names of tool sets the operator registered"
+    )
+
+
+class PostTurn(_Request):
+    prompt: str = Field(min_length=1, description="what the agent should do")
+
+
+class CancelTurn(_Request):
+    reason: str = Field(default="cancelled through the API", max_length=2000)
+
+
+class SessionOut(BaseModel):
+    session_id: str
+    created_at: float
+    agent: str | None
+    workspace: str | None
+    tools: list[str]
+    tenant: str | None
+
+
+class TurnStarted(BaseModel):
+    turn_id: str
+    session_id: str
+    index: int
+    status: str
+    events: str = Field(description="the turn's event stream (SSE)")
+
+
+class TurnOut(BaseModel):
+    turn_id: str
+    session_id: str
+    index: int
+    status: str
+    prompt: str
+    reply: str | None
+    error: str | None
+    waiting_for: str | None
+    attempts: int
+    created_at: float
+    finished_at: float | None
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None = Field(
+        description="summed from the steps that recorded a cost; null when none did"
+    )
+
+
+class Page(BaseModel):
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+class SessionPage(Page):
+    sessions: list[SessionOut]
+
+
+class TurnPage(Page):
+    turns: list[TurnOut]
+
+
+class SignalOut(BaseModel):
+    turn: str
+    signal: str
+    new: bool
+
+
+class CancelOut(BaseModel):
+    turn_id: str
+    requested: bool = Field(description="false: the turn had already finished")
+    status: str
+
+
+class Accepted(BaseModel):
+    accepted: bool
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+#: What every route may answer besides its success, for the OpenAPI document: the
+#: API's refusals (400, 401, 404, 405, 422, 429), the listener's (408, 413) and 503 (the
+#: World or a sandbox backend is not answering, or too many connections).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (400, 401, 404, 405, 408, 413, 422, 429, 503)
+}

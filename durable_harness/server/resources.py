@@ -1,0 +1,279 @@
+"""Sessions and turns: create, read, list (paged), post a turn, cancel.
+
+A session fixes the agent, workspace and tool sets of its turns, chosen from what the
+operator registered; a turn's configuration is built here from the session, never
+taken from the request (no endpoint, limit, tools file or agent config comes from a
+caller). Every item is owned by the tenant that made it, recorded before the item
+exists, so no moment shows it unowned; listing skips an owned id whose creation never
+finished.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from durable_harness.adapters import ADAPTERS, get_adapter
+from durable_harness.core.errors import NotFound
+from durable_harness.core.turn_config import DOCKER, VIRTUAL
+from durable_harness.core.types import Session, Turn
+from durable_harness.runtime.admission import admit
+from durable_harness.runtime.cancel import request_cancel
+from durable_harness.runtime.turns import new_id, start_turn, turn_config
+from durable_harness.server.auth import Caller
+from durable_harness.server.context import Auth, Context, Ctx, decode_cursor, encode_cursor
+from durable_harness.server.errors import ApiError
+from durable_harness.server.models import (
+    ERRORS,
+    CancelOut,
+    CancelTurn,
+    CreateSession,
+    PostTurn,
+    SessionOut,
+    SessionPage,
+    TurnOut,
+    TurnPage,
+    TurnStarted,
+)
+from durable_harness.server.rates import admit_session, admit_turn
+
+router = APIRouter(prefix="/v1", responses=ERRORS)
+
+#: Agents a request may name: every registered one whose turns a worker runs (a custom
+#: turn is a program's own loop on the Python API, not something a worker drives).
+API_AGENTS = tuple(name for name in ADAPTERS if name != "custom")
+Limit = Query(default=50, ge=1, le=200)
+
+
+def session_out(session: Session, owner: str | None) -> SessionOut:
+    api = session.meta.get("api") or {}
+    return SessionOut(
+        session_id=session.session_id,
+        created_at=session.created_at,
+        agent=session.meta.get("agent"),
+        workspace=api.get("workspace"),
+        tools=list(api.get("tools") or []),
+        tenant=owner,
+    )
+
+
+def turn_out(ctx: Context, turn: Turn) -> TurnOut:
+    steps = ctx.world.load_steps(turn.turn_id)
+    costs = [s.meta["cost_usd"] for s in steps if isinstance(s.meta.get("cost_usd"), int | float)]
+    return TurnOut(
+        turn_id=turn.turn_id,
+        session_id=turn.session_id,
+        index=turn.index,
+        status=turn.status.value,
+        prompt=turn.prompt,
+        reply=turn.result,
+        error=turn.error,
+        waiting_for=turn.waiting_for,
+        attempts=turn.attempts,
+        created_at=turn.created_at,
+        finished_at=turn.finished_at,
+        steps=len(steps),
+        input_tokens=sum(int(s.meta.get("input_tokens") or 0) for s in steps),
+        output_tokens=sum(int(s.meta.get("output_tokens") or 0) for s in steps),
+        cost_usd=float(sum(costs)) if costs else None,
+    )
+
+
+def _config(ctx: Context, agent: str, workspace: str | None, tools: list[str]) -> dict[str, Any]:
+    """A turn's configuration, built by the operator's settings (what start_turn checks)."""
+    return turn_config(
+        agent=agent,
+        workspace=workspace,
+        tools=tools,
+        model=None,
+        base_url=None,
+        settings=ctx.settings,
+    )
+
+
+@router.post("/sessions", status_code=201, response_model=SessionOut)
+def create_session(body: CreateSession, ctx: Ctx, caller: Auth) -> SessionOut:
+    """A session: its agent, workspace and tool sets (the operator's registered ones)."""
+    admit_session(ctx.world, caller.tenant, ctx.limits)
+    if body.agent not in API_AGENTS:
+        raise ApiError(
+            422,
+            f"agent {body.agent!r} is not one of this server's agents: {', '.join(API_AGENTS)}",
+            "unknown_agent",
+        )
+    unknown = [t for t in body.tools if t not in ctx.tool_sets]
+    if unknown:
+        have = ", ".join(sorted(ctx.tool_sets)) or "none"
+        raise ApiError(
+            422,
+            f"tools {', '.join(map(repr, unknown))} not registered on this server "
+            f"(registered: {have}; the operator adds them with serve --tool-set NAME=FILE.py)",
+            "unknown_tools",
+        )
+    if body.workspace not in (None, VIRTUAL, DOCKER):
+        # A host folder is a place on the workers' disk that two tenants could both name:
+        # through the API a session gets a workspace of its own (virtual, or its container).
+        raise ApiError(
+            422,
+            f"workspace {body.workspace!r}: the API offers {VIRTUAL!r} or {DOCKER!r} "
+            "(a session's own); host folders are for the operator's `durable-harness run`",
+            "workspace_not_offered",
+        )
+    config = _config(ctx, body.agent, body.workspace, body.tools)
+    # What a worker of this operator would refuse, refused now (ConfigError: 422).
+    get_adapter(body.agent).check(admit(config, ctx.settings).config, ctx.settings)
+    seed = None
+    if body.repo is not None:
+        if body.repo not in ctx.limits.api_allowed_repos:
+            raise ApiError(
+                422,
+                f"repo {body.repo!r} is not a repository this server seeds from "
+                "(DURABLE_HARNESS_API_ALLOWED_REPOS)",
+                "repo_not_allowed",
+            )
+        from durable_harness.runtime.seed import prepare_seed
+
+        seed = prepare_seed(body.repo, config)
+    session_id = new_id("ses")
+    now = time.time()
+    ctx.world.put_owner("session", session_id, caller.tenant, now)
+    meta = {"agent": body.agent, "api": {"workspace": config["workspace"], "tools": body.tools}}
+    session = ctx.world.create_session(session_id, meta)
+    if seed is not None:
+        from durable_harness.runtime.seed import record_seed
+
+        record_seed(ctx.world, session_id, seed)
+    return session_out(session, caller.tenant)
+
+
+@router.get("/sessions", response_model=SessionPage)
+def list_sessions(
+    ctx: Ctx, caller: Auth, limit: int = Limit, cursor: str | None = None
+) -> SessionPage:
+    """The caller's sessions, newest first (an operator token: every session)."""
+    keys, more = _keys(ctx, caller, "session", limit, _keyset(decode_cursor(cursor)))
+    out = []
+    for _created, session_id in keys:
+        try:
+            session = ctx.world.get_session(session_id)
+        except NotFound:
+            continue  # owned, but its creation never finished
+        out.append(session_out(session, ctx.world.get_owner("session", session_id)))
+    last = encode_cursor(keys[-1]) if more and keys else None
+    return SessionPage(sessions=out, next_cursor=last)
+
+
+def _keys(
+    ctx: Context, caller: Caller, kind: str, limit: int, before: tuple[float, str] | None
+) -> tuple[list[tuple[float, str]], bool]:
+    """A page of ``(created_at, id)``, newest first, and whether more follow. A tenant's
+    come from its owned items' keyset; an operator's from the whole catalog, which the
+    World lists without a cursor (read whole and cut here: an operator's call)."""
+    if caller.operator:
+        if kind == "session":
+            every = [(s.created_at, s.session_id) for s in ctx.world.list_sessions(limit=2**31)]
+        else:
+            every = [(t.created_at, t.turn_id) for t in ctx.world.list_turns(limit=2**31)]
+        rows = sorted((k for k in every if before is None or k < before), reverse=True)
+        rows = rows[: limit + 1]
+    else:
+        rows = ctx.world.list_owned(caller.tenant, kind, limit=limit + 1, before=before)
+    return rows[:limit], len(rows) > limit
+
+
+def _keyset(value: Any) -> tuple[float, str] | None:
+    if value is None:
+        return None
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], int | float)
+        and not isinstance(value[0], bool)
+        and isinstance(value[1], str)
+    ):
+        raise ApiError(400, "cursor is not one this API gave out", "bad_cursor")
+    return float(value[0]), value[1]
+
+
+@router.get("/sessions/{session_id}", response_model=SessionOut)
+def get_session(session_id: str, ctx: Ctx, caller: Auth) -> SessionOut:
+    session, owner = ctx.session(caller, session_id)
+    return session_out(session, owner)
+
+
+@router.post("/sessions/{session_id}/turns", status_code=202, response_model=TurnStarted)
+def post_turn(session_id: str, body: PostTurn, ctx: Ctx, caller: Auth) -> TurnStarted:
+    """Queue a turn in the session and answer at once: workers run it. A turn posted
+    while an earlier one is unfinished runs after it."""
+    session, owner = ctx.session(caller, session_id)
+    if not body.prompt.strip():
+        raise ApiError(422, "prompt is blank: say what the agent should do", "empty_prompt")
+    tenant = owner or caller.tenant
+    admit_turn(ctx.world, tenant, ctx.limits)
+    api = session.meta.get("api") or {}
+    agent = str(session.meta.get("agent") or "builtin")
+    config = _config(ctx, agent, api.get("workspace"), list(api.get("tools") or []))
+    turn_id = new_id("turn")
+    ctx.world.put_owner("turn", turn_id, tenant, time.time())
+    turn = start_turn(
+        ctx.world, ctx.settings, body.prompt, config, session_id, queue_behind=True,
+        turn_id=turn_id,
+    )  # fmt: skip
+    return TurnStarted(
+        turn_id=turn.turn_id,
+        session_id=turn.session_id,
+        index=turn.index,
+        status=turn.status.value,
+        events=f"/v1/turns/{turn.turn_id}/events",
+    )
+
+
+@router.get("/sessions/{session_id}/turns", response_model=TurnPage)
+def list_session_turns(
+    session_id: str, ctx: Ctx, caller: Auth, limit: int = Limit, cursor: str | None = None
+) -> TurnPage:
+    """The session's turns in order (index 0, 1, ...)."""
+    ctx.session(caller, session_id)
+    after = decode_cursor(cursor)
+    if after is not None and not isinstance(after, int):
+        raise ApiError(400, "cursor is not one this API gave out", "bad_cursor")
+    rows = [t for t in ctx.world.list_turns(session_id) if after is None or t.index > after]
+    page = rows[:limit]
+    more = len(rows) > limit
+    return TurnPage(
+        turns=[turn_out(ctx, t) for t in page],
+        next_cursor=encode_cursor(page[-1].index) if more and page else None,
+    )
+
+
+@router.get("/turns", response_model=TurnPage)
+def list_turns(ctx: Ctx, caller: Auth, limit: int = Limit, cursor: str | None = None) -> TurnPage:
+    """The caller's turns of every session, newest first (an operator token: every turn)."""
+    keys, more = _keys(ctx, caller, "turn", limit, _keyset(decode_cursor(cursor)))
+    out = []
+    for _created, turn_id in keys:
+        try:
+            out.append(turn_out(ctx, ctx.world.get_turn(turn_id)))
+        except NotFound:
+            continue
+    return TurnPage(turns=out, next_cursor=encode_cursor(keys[-1]) if more and keys else None)
+
+
+@router.get("/turns/{turn_id}", response_model=TurnOut)
+def get_turn(turn_id: str, ctx: Ctx, caller: Auth) -> TurnOut:
+    """Status, reply, error, what it waits for, deliveries, tokens and cost."""
+    return turn_out(ctx, ctx.turn(caller, turn_id))
+
+
+@router.post("/turns/{turn_id}/cancel", status_code=202, response_model=CancelOut)
+def cancel_turn(turn_id: str, ctx: Ctx, caller: Auth, body: CancelTurn | None = None) -> CancelOut:
+    """Ask for the turn to be cancelled (durable: a worker stops it and ends it
+    ``cancelled``, keeping every finished step)."""
+    turn = ctx.turn(caller, turn_id)
+    reason = (body or CancelTurn()).reason
+    requested = request_cancel(ctx.world, turn.turn_id, reason)
+    return CancelOut(
+        turn_id=turn_id, requested=requested, status=ctx.world.get_turn(turn_id).status.value
+    )
