@@ -68,10 +68,11 @@ def register(sub: Subparsers) -> Commands:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.telemetry import export_metrics
     from durable_harness.server import serve
 
     settings = settings_of(args)
-    with open_configured(settings) as world:
+    with open_configured(settings) as world, export_metrics(world):
         serve(world, settings, args.host, args.port)
     return 0
 

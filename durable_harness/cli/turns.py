@@ -274,10 +274,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.telemetry import export_metrics
     from durable_harness.runtime.turns import make_worker
 
     settings = settings_of(args)
-    with open_configured(settings) as world:
+    with open_configured(settings) as world, export_metrics(world):
         worker = make_worker(world, settings, quiet=args.quiet)
         if not args.quiet:
             print(f"durable-harness: worker {worker.owner} on {settings.world}", file=sys.stderr)

@@ -59,6 +59,10 @@ class TurnConfig(BaseModel):
     #: The setup command (``run --setup``): run in the session's container before the
     #: agent, with the operator's registries reachable (adapters/cli/setup.py).
     setup: str | None = None
+    #: The turn's OpenTelemetry trace id (32 lowercase hex), written at enqueue so every
+    #: delivery's spans join one trace across worker deaths (runtime/telemetry). Any
+    #: string loads; a worker uses it only if it is a valid trace id.
+    trace_id: str | None = None
 
     @classmethod
     def of(cls, config: Mapping[str, Any] | TurnConfig) -> TurnConfig:

@@ -32,6 +32,10 @@ UNFINISHED = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.WAITIN
 #: A turn in one of these states is over: no worker will take it again.
 FINISHED = frozenset({TurnStatus.DONE, TurnStatus.FAILED, TurnStatus.CANCELLED})
 
+#: How the error of a dead-lettered turn begins (status ``failed``, every backend): what
+#: tells a turn the queue gave up on from one that failed for good.
+DEAD_LETTER_PREFIX = "dead-lettered"
+
 #: The signal that asks for a turn to be cancelled (``POST /v1/turns/{id}/cancel``,
 #: ``durable-harness cancel``). It wakes a waiting turn like any signal; the worker that
 #: holds or next claims the turn stops its agent and ends it ``cancelled``.
@@ -97,6 +101,21 @@ class Turn:
     error: str | None = None
     finished_at: float | None = None
     waiting_for: str | None = None  # while ``waiting``: what it waits for, for ``ls``
+
+
+@dataclass(frozen=True)
+class TurnCounts:
+    """How many turns are in each status (:meth:`~durable_harness.core.world.Catalog.count_turns`);
+    ``dead_lettered`` counts the ``failed`` ones whose error says the queue dead-lettered
+    them (:data:`DEAD_LETTER_PREFIX`)."""
+
+    queued: int = 0
+    running: int = 0
+    waiting: int = 0
+    done: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    dead_lettered: int = 0
 
 
 @dataclass(frozen=True)

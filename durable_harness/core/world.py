@@ -68,6 +68,7 @@ from durable_harness.core.canonical import without_surrogates
 from durable_harness.core.closing import Closing
 from durable_harness.core.errors import WorldError
 from durable_harness.core.types import (
+    DEAD_LETTER_PREFIX,
     UNFINISHED,
     ApiToken,
     Check,
@@ -77,6 +78,7 @@ from durable_harness.core.types import (
     Step,
     StepStatus,
     Turn,
+    TurnCounts,
     TurnStatus,
 )
 
@@ -126,6 +128,12 @@ class Catalog(abc.ABC):
         ``worker --until-idle`` asks when nothing is claimable. This default reads every
         turn; the backends answer from an index, or stop at the first one found."""
         return any(t.status in UNFINISHED for t in self.list_turns(limit=2**31))
+
+    def count_turns(self) -> TurnCounts:
+        """How many turns are in each status, dead-lettered ones apart: what the metrics
+        exporter (``runtime/telemetry``) reads once per export interval. This default reads
+        every turn; a backend with an index answers with one counting query."""
+        return counts_of(self.list_turns(limit=2**31))
 
     @abc.abstractmethod
     def put_session_record(self, session_id: str, name: str, digest: str) -> None:
@@ -265,6 +273,17 @@ class Queue(abc.ABC):
     @abc.abstractmethod
     def watchers(self, scope: str, ref: str) -> list[tuple[str, str]]:
         """The ``(turn_id, signal name)`` pairs watching ``ref`` of ``scope``, sorted."""
+
+
+def counts_of(turns: Sequence[Turn]) -> TurnCounts:
+    """:class:`TurnCounts` of ``turns`` (the default :meth:`Catalog.count_turns`)."""
+    by_status = {status: 0 for status in TurnStatus}
+    dead = 0
+    for turn in turns:
+        by_status[turn.status] += 1
+        if turn.status is TurnStatus.FAILED and (turn.error or "").startswith(DEAD_LETTER_PREFIX):
+            dead += 1
+    return TurnCounts(**{str(s): n for s, n in by_status.items()}, dead_lettered=dead)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -314,6 +314,8 @@ class TurnEvents:
         self._text: dict[int, _Text] = {}
         self._timer: threading.Timer | None = None
         self._failed: BaseException | None = None  # the timer's append error (logged)
+        #: ``attempt.started`` of each earlier attempt :meth:`begin_attempt` marked lost.
+        self.lost: list[Event] = []
 
     # -- at claim ------------------------------------------------------------------
     def begin_attempt(self, owner: str, steps: Sequence[Step] | None = None) -> None:
@@ -321,12 +323,19 @@ class TurnEvents:
         not given), then append this attempt's ``attempt.started``. Call before anything
         of the turn runs."""
         turn = self.world.get_turn(self.turn_id)
-        state = _state(read_all(self.world, self.turn_id))
+        logged = read_all(self.world, self.turn_id)
+        state = _state(logged)
         with self._lock:
             self._out.keys = state.keys | self._out.keys
             self._out.created(turn.session_id, turn.index, str(turn.config.get("agent", "builtin")))
             open_epochs = [
                 e for e in state.started_epochs if e != self.epoch and not _closed(state.keys, e)
+            ]
+            # What telemetry exports of the attempts whose worker died (runtime/telemetry).
+            self.lost = [
+                e
+                for e in logged
+                if e.kind == ev.ATTEMPT_STARTED and e.data.get("epoch") in open_epochs
             ]
             journal = self.world.load_steps(self.turn_id) if steps is None else steps
             self._out.reconcile(self.world, state, journal, open_epochs)

@@ -85,6 +85,8 @@ CHECKED_FIELDS = {
     "push_remote": "one of the allowed push remotes, with no credentials in it",
     "ci_repo": "the turn's choice: it routes CI results to this turn only (no side effect)",
     "setup": "one of the allowed setup commands (it reaches the allowed registries)",
+    "trace_id": "the turn's choice: names its trace (32 lowercase hex, else derived from the "
+    "turn id at claim: runtime/telemetry); it causes nothing",
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DEFAULT_LIST = "TOOLS"

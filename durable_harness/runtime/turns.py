@@ -23,6 +23,7 @@ from durable_harness.harness.events import turn_created
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.seed import PreparedSeed, record_seed
+from durable_harness.runtime.telemetry import new_trace_id
 from durable_harness.runtime.worker import Worker
 
 
@@ -136,6 +137,9 @@ def start_turn(
         world.create_session(session_id, {"agent": config["agent"]})
         if seed is not None:
             record_seed(world, session_id, seed)
+    # The trace every delivery's spans join, even when the exporter is off now: a worker
+    # that exports later still gives the turn one trace.
+    config = {"trace_id": new_trace_id(), **config}
     turn = world.create_turn(session_id, turn_id or new_id("turn"), prompt, config)
     turn_created(world, turn)
     return turn

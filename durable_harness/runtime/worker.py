@@ -46,6 +46,7 @@ from durable_harness.harness.events import TurnEvents, settle_finished
 from durable_harness.harness.journal import Journal, StepEvent
 from durable_harness.harness.lease import LeaseKeeper
 from durable_harness.runtime.admission import admit
+from durable_harness.runtime.telemetry import Delivery, Telemetry, telemetry
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class Worker:
         owner: str | None = None,
         on_step: Callable[[StepEvent], None] | None = None,
         on_event: Callable[[str], None] | None = None,
+        tracing: Telemetry | None = None,
     ) -> None:
         self.world = world
         self.settings = settings
@@ -85,9 +87,20 @@ class Worker:
         self.on_step = on_step
         self.on_event = on_event or (lambda msg: log.info("%s", msg))
         self.crash = CrashPlan.from_env()
+        #: Spans of each delivery and its steps (runtime/telemetry: off unless configured).
+        self.tracing = tracing if tracing is not None else telemetry()
 
     def drive(self, lease: Lease) -> str:
         """Run one claimed turn to its end; return a :class:`TurnOutcome` value."""
+        delivery = self.tracing.delivery(lease)
+        outcome = "error"  # an exception left the delivery (the World went away, say)
+        try:
+            outcome = self._drive(lease, delivery)
+            return outcome
+        finally:
+            delivery.end(outcome)
+
+    def _drive(self, lease: Lease, delivery: Delivery) -> str:
         turn = self.world.get_turn(lease.turn_id)
         requested = self._cancel_requested(lease.turn_id)
         if requested is not None:  # cancelled while queued or waiting: nothing runs
@@ -104,6 +117,7 @@ class Worker:
             f"turn {turn.turn_id}: delivery {lease.attempt}, epoch {lease.epoch}, "
             f"owner {self.owner}"
         )
+        delivery.begin(turn, self.owner)
         events = TurnEvents(
             self.world,
             lease.turn_id,
@@ -129,7 +143,7 @@ class Worker:
                     self.world,
                     lease,
                     crash=self.crash,
-                    on_step=self._on_step(keeper),
+                    on_step=self._on_step(keeper, delivery),
                     max_model_calls=admitted.max_model_calls,
                     cancel=cancel,
                     events=events,
@@ -138,6 +152,7 @@ class Worker:
                 # first, so its abandoned attempt comes before this one's events.
                 recorded = journal.recorded
                 events.begin_attempt(self.owner, [recorded[seq] for seq in sorted(recorded)])
+                delivery.lost(events.lost, recorded)
                 reply = adapter.run_turn(TurnRun(self.world, turn, journal, self.settings))
                 keeper.check()
                 # A cancel that came while the agent finished, before the keeper looked.
@@ -214,8 +229,9 @@ class Worker:
         return driven
 
     # -- helpers ---------------------------------------------------------------------
-    def _on_step(self, keeper: LeaseKeeper) -> Callable[[StepEvent], None]:
+    def _on_step(self, keeper: LeaseKeeper, delivery: Delivery) -> Callable[[StepEvent], None]:
         def on_step(event: StepEvent) -> None:
+            delivery.step(event)
             keeper.check()  # stop before the next call once we know we were fenced out
             if self.on_step is not None:
                 self.on_step(event)

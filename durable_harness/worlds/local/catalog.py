@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from durable_harness.core.errors import NotFound, WorldError
-from durable_harness.core.types import Session, Turn, TurnStatus
+from durable_harness.core.types import DEAD_LETTER_PREFIX, Session, Turn, TurnCounts, TurnStatus
 from durable_harness.core.world import Catalog
 from durable_harness.worlds.local.db import Database, load_turn
 from durable_harness.worlds.local.schema import session_from_row, turn_from_row
@@ -88,6 +88,17 @@ class LocalCatalog(Catalog):
                 "SELECT 1 FROM turns WHERE status IN ('queued', 'running', 'waiting') LIMIT 1"
             ).fetchone()
             return row is not None
+
+    def count_turns(self) -> TurnCounts:
+        with self._db.transaction(write=False) as conn:
+            rows = conn.execute(
+                "SELECT status, COUNT(*) AS n, SUM(error LIKE ? || '%') AS dead"
+                " FROM turns GROUP BY status",
+                (DEAD_LETTER_PREFIX,),
+            ).fetchall()
+        counts = {str(row["status"]): int(row["n"]) for row in rows}
+        dead = sum(int(row["dead"] or 0) for row in rows if row["status"] == TurnStatus.FAILED)
+        return TurnCounts(**counts, dead_lettered=dead)
 
     def put_session_record(self, session_id: str, name: str, digest: str) -> None:
         with self._db.transaction(write=True) as conn:

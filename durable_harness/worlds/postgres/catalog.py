@@ -14,7 +14,7 @@ from durable_harness.core.errors import (
     NotFound,
     WorldError,
 )
-from durable_harness.core.types import Session, Turn
+from durable_harness.core.types import DEAD_LETTER_PREFIX, Session, Turn, TurnCounts, TurnStatus
 from durable_harness.core.world import BlobStore, Catalog
 from durable_harness.worlds.postgres import connections as db
 from durable_harness.worlds.postgres import sql
@@ -126,6 +126,13 @@ class PostgresCatalog(PostgresConnections, BlobStore, Catalog):
         # A turn has a job row exactly while it is unfinished (the queue holds no history).
         row = self._run("has_unfinished_turns", lambda c, _: db.one_row(c, sql.ANY_JOB))
         return row is not None
+
+    def count_turns(self) -> TurnCounts:
+        params = (DEAD_LETTER_PREFIX + "%",)
+        rows = self._run("count_turns", lambda c, _: db.all_rows(c, sql.COUNT_TURNS, params))
+        counts = {str(row["status"]): int(row["n"]) for row in rows}
+        dead = sum(int(row["dead"]) for row in rows if row["status"] == TurnStatus.FAILED)
+        return TurnCounts(**counts, dead_lettered=dead)
 
     def put_session_record(self, session_id: str, name: str, digest: str) -> None:
         params = (session_id, name, digest, session_id)

@@ -70,6 +70,11 @@ LIST_TURNS = "SELECT * FROM durable_harness.turn_view ORDER BY created_at DESC, 
 
 ANY_JOB = "SELECT 1 AS one FROM durable_harness.jobs LIMIT 1"
 
+# Once per metrics export interval (runtime/telemetry): one scan, no rows sent back.
+COUNT_TURNS = """
+SELECT status, count(*) AS n, count(*) FILTER (WHERE error LIKE %s) AS dead
+FROM durable_harness.turn_view GROUP BY status"""
+
 LIST_SESSION_TURNS = """
 SELECT * FROM durable_harness.turn_view WHERE session_id = %s ORDER BY idx LIMIT %s"""
 
