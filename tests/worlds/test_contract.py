@@ -22,7 +22,7 @@ import pytest
 
 import durable_harness
 from durable_harness.core.errors import LeaseLost, NotFound, StepConflict
-from durable_harness.core.types import Lease, Step, StepStatus, TurnStatus
+from durable_harness.core.types import Lease, Step, StepStatus, TurnCounts, TurnStatus
 from durable_harness.core.world import World
 
 if TYPE_CHECKING:
@@ -294,6 +294,34 @@ def test_dead_letter_after_max_attempts_with_the_last_error(
     assert "dead-lettered after 2 deliveries" in turn.error and "boom: upstream 500" in turn.error
     assert world.claim("w", 30) is None
     assert world.claim_turn("t1", "w", 30, force=True) is None
+
+
+def test_count_turns_by_status_with_dead_letters_apart(
+    open_test_world: Callable[..., World],
+) -> None:
+    """What the metrics exporter reads: every status counted, and among the failed turns
+    those the queue dead-lettered (a turn failed for good is not one of them)."""
+    world = open_test_world(max_attempts=1)
+    assert world.count_turns() == TurnCounts()
+    new_turn(world, "dead", session_id="s-dead")
+    lease = world.claim("w", 30)
+    assert lease is not None and lease.turn_id == "dead"
+    world.release(lease, error="boom")
+    assert world.claim("w", 30) is None  # dead-lettered instead
+    new_turn(world, "failed", session_id="s-failed")
+    lease = world.claim("w", 30)
+    assert lease is not None and lease.turn_id == "failed"
+    world.fail_turn(lease, "failed for good")
+    new_turn(world, "waiting", session_id="s-waiting")
+    lease = world.claim("w", 30)
+    assert lease is not None and lease.turn_id == "waiting"
+    world.suspend(lease, time.time() + 3600, "timer")
+    new_turn(world, "running", session_id="s-running")
+    assert world.claim("w", 30) is not None
+    new_turn(world, "queued", session_id="s-queued")
+    assert world.count_turns() == TurnCounts(
+        queued=1, running=1, waiting=1, failed=2, dead_lettered=1
+    )
 
 
 def test_dead_letter_after_leases_ran_out_says_so(open_test_world: Callable[..., World]) -> None:
