@@ -34,7 +34,7 @@ import re
 import secrets
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Delivery",
     "Telemetry",
+    "bounded",
     "endpoint_set",
     "export_metrics",
     "new_trace_id",
@@ -122,6 +123,16 @@ def endpoint_set(signal: str) -> bool:
         os.environ.get(name, "").strip()
         for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
     )
+
+
+def bounded(call: Callable[[], object], seconds: float) -> None:
+    """Run ``call`` (an exporter's flush or shutdown) for at most ``seconds``, then go on:
+    the SDK's own flush blocks for as long as its exporter retries (10 s by default), and
+    a collector that is down must not hold a turn's delivery or a process's exit that
+    long. What is still being sent then goes on in the background."""
+    thread = threading.Thread(target=call, name="otel-flush", daemon=True)
+    thread.start()
+    thread.join(seconds)
 
 
 _lock = threading.Lock()

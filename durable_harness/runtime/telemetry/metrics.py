@@ -38,9 +38,12 @@ from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.types import TurnCounts
 from durable_harness.core.version import __version__
 from durable_harness.core.world import World
+from durable_harness.runtime.telemetry import bounded
 
 log = logging.getLogger(__name__)
 
+#: How long :meth:`TurnGauges.close` waits for the last export (seconds).
+EXIT_SECONDS = 5.0
 #: The SDK's default export interval (milliseconds), when the variable is unset or bad.
 DEFAULT_INTERVAL_MS = 60_000.0
 
@@ -80,7 +83,9 @@ class TurnGauges:
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attributes["service.name"] = "durable-harness"
         reader = PeriodicExportingMetricReader(OTLPMetricExporter())
-        self.provider = MeterProvider(resource=Resource.create(attributes), metric_readers=[reader])
+        self.provider = MeterProvider(
+            resource=Resource.create(attributes), metric_readers=[reader], shutdown_on_exit=False
+        )
         meter = self.provider.get_meter("durable_harness", __version__)
         for name, (description, value) in GAUGES.items():
             meter.create_observable_gauge(
@@ -111,5 +116,6 @@ class TurnGauges:
         return observe
 
     def close(self) -> None:
-        """Export once more and stop the reader's thread."""
-        self.provider.shutdown()
+        """Export once more and stop the reader's thread (bounded: a collector that is
+        down does not hold the process's exit)."""
+        bounded(self.provider.shutdown, EXIT_SECONDS)

@@ -16,6 +16,7 @@ step spans, if any reached the collector, name as their parent.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import threading
@@ -34,14 +35,16 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from durable_harness.core.types import Event, Lease, Step, Turn
 from durable_harness.core.version import __version__
-from durable_harness.runtime.telemetry import Delivery, Telemetry, trace_id_of
+from durable_harness.runtime.telemetry import Delivery, Telemetry, bounded, trace_id_of
 
 if TYPE_CHECKING:
     from durable_harness.harness.journal import StepEvent
 
-#: How long the end of a delivery waits for its spans to be exported (milliseconds): a
+#: How long the end of a delivery waits for its spans to be exported (seconds): a
 #: collector that is down delays each delivery's end by at most this.
-FLUSH_MILLIS = 3000
+FLUSH_SECONDS = 3.0
+#: How long a process's exit waits for the spans still to be sent (seconds).
+EXIT_SECONDS = 5.0
 #: The provider a model step's agent talks to, for ``gen_ai.provider.name`` (an agent
 #: whose provider is its configuration's choice gets none).
 PROVIDERS = {"builtin": "anthropic", "claude-code": "anthropic", "codex": "openai"}
@@ -90,7 +93,11 @@ class OtelTelemetry(Telemetry):
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attributes["service.name"] = "durable-harness"
         self.ids = _TurnIds()
-        self.provider = TracerProvider(resource=Resource.create(attributes), id_generator=self.ids)
+        # Shut down at exit by ourselves, bounded (the SDK's own exit hook waits up to 30 s).
+        self.provider = TracerProvider(
+            resource=Resource.create(attributes), id_generator=self.ids, shutdown_on_exit=False
+        )
+        atexit.register(self.close)
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self.tracer = self.provider.get_tracer("durable_harness", __version__)
 
@@ -98,10 +105,10 @@ class OtelTelemetry(Telemetry):
         return OtelDelivery(self, lease, time.time_ns())
 
     def flush(self) -> None:
-        self.provider.force_flush(FLUSH_MILLIS)
+        bounded(self.provider.force_flush, FLUSH_SECONDS)
 
     def close(self) -> None:
-        self.provider.shutdown()
+        bounded(self.provider.shutdown, EXIT_SECONDS)
 
 
 class OtelDelivery(Delivery):
