@@ -296,3 +296,13 @@ def test_a_stored_trace_id_is_used_only_if_valid() -> None:
     for bad in (good.upper(), "0" * 32, good[:31], good + "0", f"{good[:31]}g", 42, [good]):
         assert trace_id_of(turn(bad)) == derived
     assert trace_id_of(turn(None, "turn_b")) != derived
+
+
+def test_a_collector_that_is_down_fails_no_turn(demo: Harness) -> None:
+    """Nothing listens at the endpoint: the exporter's retries are its own business, the
+    turn runs to its reply as it would without telemetry."""
+    closed = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    out = demo.cli("run", "--tools", DEMO_TOOLS, DEMO_PROMPT, **closed)
+    assert out.returncode == 0, out.stderr
+    turn, _steps = stored_turn(demo, ids_of(out)["turn"])
+    assert turn.status is TurnStatus.DONE and turn.result == DEMO_REPLY
