@@ -45,12 +45,12 @@ _RAW_HEADERS = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in H
 router = APIRouter(include_in_schema=False)
 
 
-@router.get(PREFIX)
+@router.api_route(PREFIX, methods=["GET", "HEAD"])
 def to_the_page() -> RedirectResponse:
     return RedirectResponse(f"{PREFIX}/", status_code=307)
 
 
-@router.get(f"{PREFIX}/")
+@router.api_route(f"{PREFIX}/", methods=["GET", "HEAD"])
 def page() -> FileResponse:
     index = FOLDER / "index.html"
     if not index.is_file():

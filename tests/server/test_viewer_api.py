@@ -361,9 +361,12 @@ def test_the_ui_files_carry_the_viewers_headers(harness: Harness, serve: Serve) 
         assert asset.status_code == 200 and asset.text == page.text
         again = anon.get("/ui/assets/index.html", headers={"If-None-Match": asset.headers["etag"]})
         assert again.status_code == 304
+        head = anon.head("/ui/")
+        assert head.status_code == 200 and head.content == b""
         answers = [
             moved,
             page,
+            head,
             asset,
             again,
             anon.get("/ui/assets/no-such.js"),
@@ -372,7 +375,7 @@ def test_the_ui_files_carry_the_viewers_headers(harness: Harness, serve: Serve) 
             anon.get("/ui/nothing-here"),
             anon.post("/ui/", json={}),
         ]
-        assert [r.status_code for r in answers[4:]] == [404, 404, 404, 404, 405]
+        assert [r.status_code for r in answers[5:]] == [404, 404, 404, 404, 405]
         for response in answers:
             for name, value in UI_HEADERS.items():
                 assert response.headers.get(name) == value, (response.url, name)
