@@ -5,16 +5,18 @@ from __future__ import annotations
 import signal as os_signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
 
+from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import ServeSettings, Settings, WebhookSettings
 from durable_harness.core.version import __version__
 from durable_harness.core.world import World
 from durable_harness.harness.listener import BodyLimit, Limits, Listener
 from durable_harness.runtime.admission import parse_tool_sets
-from durable_harness.server import errors, resources, signals
+from durable_harness.server import errors, resources, signals, steps, ui
 from durable_harness.server.context import Context
 from durable_harness.server.stream import Follower
 
@@ -51,6 +53,8 @@ def build_app(
     errors.install(app)
     app.include_router(resources.router)
     app.include_router(signals.router)
+    app.include_router(steps.router)
+    ui.install(app)
     return app
 
 
@@ -75,8 +79,9 @@ class ApiServer:
         )
         self.app = build_app(world, settings, self.limits, self.follower)
         caps = caps or Limits.from_settings(max_body=self.limits.api_max_body_bytes)
+        app = ui.ViewerHeaders(self.app)
         self._listener = Listener(
-            BodyLimit(self.app, caps, errors.listener_refusal), host, port, caps, name="serve"
+            BodyLimit(app, caps, errors.listener_refusal), host, port, caps, name="serve"
         )
 
     @property
@@ -99,9 +104,22 @@ class ApiServer:
         self.stop()
 
 
-def serve(world: World, settings: Settings, host: str, port: int) -> None:
-    """Run until SIGTERM or Ctrl-C (``durable-harness serve``)."""
-    server = ApiServer(world, settings, host, port)
+def serve(
+    world: World,
+    settings: Settings,
+    host: str,
+    port: int,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Run until SIGTERM or Ctrl-C (``durable-harness serve`` and ``ui``); ``announce``
+    gets the URL once the server listens (default: serve's line)."""
+    try:
+        server = ApiServer(world, settings, host, port)
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}): another serve or ui "
+            "may be running there; pick another --port (0: a free one)"
+        ) from exc
     stopping = threading.Event()
 
     def stop(signum: int, frame: Any) -> None:
@@ -109,8 +127,12 @@ def serve(world: World, settings: Settings, host: str, port: int) -> None:
 
     os_signal.signal(os_signal.SIGTERM, stop)
     server.start()
-    print(f"serve: listening on {server.url} (OpenAPI at {server.url}/openapi.json)", flush=True)
     try:
+        if announce is None:
+            print(f"serve: listening on {server.url} (OpenAPI at {server.url}/openapi.json)")
+        else:
+            announce(server.url)
+        sys.stdout.flush()
         while not stopping.wait(0.5):  # bounded: the main thread stays responsive to signals
             pass
     except KeyboardInterrupt:
