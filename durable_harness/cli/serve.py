@@ -113,6 +113,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.telemetry import export_metrics
     from durable_harness.server import serve
     from durable_harness.server.auth import create_token
 
@@ -123,7 +124,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
             "travel unencrypted (docs/viewer.md)",
             file=sys.stderr,
         )
-    with open_configured(settings) as world:
+    with open_configured(settings) as world, export_metrics(world):
         token, text = create_token(world, "ui", operator=True, label="ui")
 
         def announce(url: str) -> None:

@@ -181,3 +181,8 @@ Replay = Literal["safe", "never"]
 
 
 REPLAY_RULES: tuple[str, ...] = get_args(Replay)
+
+
+def is_dead_lettered(turn: Turn) -> bool:
+    """A turn the queue gave up on (``failed``, its error starting :data:`DEAD_LETTER_PREFIX`)."""
+    return turn.status is TurnStatus.FAILED and (turn.error or "").startswith(DEAD_LETTER_PREFIX)

@@ -68,7 +68,6 @@ from durable_harness.core.canonical import without_surrogates
 from durable_harness.core.closing import Closing
 from durable_harness.core.errors import WorldError
 from durable_harness.core.types import (
-    DEAD_LETTER_PREFIX,
     UNFINISHED,
     ApiToken,
     Check,
@@ -80,6 +79,7 @@ from durable_harness.core.types import (
     Turn,
     TurnCounts,
     TurnStatus,
+    is_dead_lettered,
 )
 
 
@@ -281,7 +281,7 @@ def counts_of(turns: Sequence[Turn]) -> TurnCounts:
     dead = 0
     for turn in turns:
         by_status[turn.status] += 1
-        if turn.status is TurnStatus.FAILED and (turn.error or "").startswith(DEAD_LETTER_PREFIX):
+        if is_dead_lettered(turn):
             dead += 1
     return TurnCounts(**{str(s): n for s, n in by_status.items()}, dead_lettered=dead)
 

@@ -24,24 +24,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from durable_harness.core.types import Session, Turn, TurnStatus
+from durable_harness.core.types import Session, Turn, TurnStatus, is_dead_lettered
 from durable_harness.server.errors import ApiError
 
 #: Keys read from the World at a time while filling a filtered page.
 BATCH = 100
 DEAD = "dead"
 STATUSES = (*(s.value for s in TurnStatus), DEAD)
-#: The error a World records when it dead-letters a turn starts with this.
-DEAD_LETTER_PREFIX = "dead-lettered "
 
 Key = tuple[float, str]
 #: What a page reads keys from: ``(before, n)`` to at most ``n`` keys after ``before``.
 Keys = Callable[[Key | None, int], list[Key]]
 T = TypeVar("T")
-
-
-def is_dead_lettered(turn: Turn) -> bool:
-    return turn.status is TurnStatus.FAILED and (turn.error or "").startswith(DEAD_LETTER_PREFIX)
 
 
 def status_filter(status: str | None) -> Callable[[Turn], bool] | None:

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Query
 from durable_harness.adapters import ADAPTERS, get_adapter
 from durable_harness.core.errors import NotFound
 from durable_harness.core.turn_config import DOCKER, VIRTUAL
-from durable_harness.core.types import Session, Turn
+from durable_harness.core.types import Session, Turn, is_dead_lettered
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.cancel import request_cancel
 from durable_harness.runtime.turns import new_id, start_turn, turn_config
@@ -75,7 +75,7 @@ def turn_out(ctx: Context, turn: Turn) -> TurnOut:
         prompt=turn.prompt,
         reply=turn.result,
         error=turn.error,
-        dead_lettered=listing.is_dead_lettered(turn),
+        dead_lettered=is_dead_lettered(turn),
         waiting_for=turn.waiting_for,
         attempts=turn.attempts,
         created_at=turn.created_at,
