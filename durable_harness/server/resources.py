@@ -21,6 +21,7 @@ from durable_harness.core.turn_config import DOCKER, VIRTUAL
 from durable_harness.core.types import Session, Turn
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.cancel import request_cancel
+from durable_harness.runtime.costs import Costs, session_costs, turn_costs
 from durable_harness.runtime.turns import new_id, start_turn, turn_config
 from durable_harness.server.auth import Caller
 from durable_harness.server.context import Auth, Context, Ctx, decode_cursor, encode_cursor
@@ -47,9 +48,10 @@ API_AGENTS = tuple(name for name in ADAPTERS if name != "custom")
 Limit = Query(default=50, ge=1, le=200)
 
 
-def session_out(session: Session, owner: str | None) -> SessionOut:
+def session_out(session: Session, owner: str | None, costs: Costs | None = None) -> SessionOut:
     api = session.meta.get("api") or {}
     return SessionOut(
+        **(costs or Costs()).as_dict(),
         session_id=session.session_id,
         created_at=session.created_at,
         agent=session.meta.get("agent"),
@@ -61,8 +63,9 @@ def session_out(session: Session, owner: str | None) -> SessionOut:
 
 def turn_out(ctx: Context, turn: Turn) -> TurnOut:
     steps = ctx.world.load_steps(turn.turn_id)
-    costs = [s.meta["cost_usd"] for s in steps if isinstance(s.meta.get("cost_usd"), int | float)]
+    costs = turn_costs(ctx.world, turn.turn_id, ctx.settings.price_table(), steps)
     return TurnOut(
+        **costs.as_dict(),
         turn_id=turn.turn_id,
         session_id=turn.session_id,
         index=turn.index,
@@ -75,9 +78,6 @@ def turn_out(ctx: Context, turn: Turn) -> TurnOut:
         created_at=turn.created_at,
         finished_at=turn.finished_at,
         steps=len(steps),
-        input_tokens=sum(int(s.meta.get("input_tokens") or 0) for s in steps),
-        output_tokens=sum(int(s.meta.get("output_tokens") or 0) for s in steps),
-        cost_usd=float(sum(costs)) if costs else None,
     )
 
 
@@ -160,7 +160,8 @@ def list_sessions(
             session = ctx.world.get_session(session_id)
         except NotFound:
             continue  # owned, but its creation never finished
-        out.append(session_out(session, ctx.world.get_owner("session", session_id)))
+        costs = session_costs(ctx.world, session_id, ctx.settings.price_table())
+        out.append(session_out(session, ctx.world.get_owner("session", session_id), costs))
     last = encode_cursor(keys[-1]) if more and keys else None
     return SessionPage(sessions=out, next_cursor=last)
 
@@ -200,7 +201,9 @@ def _keyset(value: Any) -> tuple[float, str] | None:
 @router.get("/sessions/{session_id}", response_model=SessionOut)
 def get_session(session_id: str, ctx: Ctx, caller: Auth) -> SessionOut:
     session, owner = ctx.session(caller, session_id)
-    return session_out(session, owner)
+    return session_out(
+        session, owner, session_costs(ctx.world, session_id, ctx.settings.price_table())
+    )
 
 
 @router.post("/sessions/{session_id}/turns", status_code=202, response_model=TurnStarted)
