@@ -40,7 +40,7 @@ class Costs:
     cache_write_tokens: int = 0
     cost_usd: float | None = None
     saved_model_calls: int = 0
-    saved_usd: float | None = None
+    saved_usd: float | None = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,7 +53,19 @@ class Costs:
             self.cache_write_tokens + other.cache_write_tokens,
             _add(self.cost_usd, other.cost_usd),
             self.saved_model_calls + other.saved_model_calls,
-            _add(self.saved_usd, other.saved_usd),
+            self._saved_plus(other),
+        )
+
+    def _saved_plus(self, other: Costs) -> float | None:
+        # A side that saved no call adds nothing, not even its 0.0: the sum of one turn
+        # whose saved calls have no price and one that saved none is unknown, not 0.
+        mine = self.saved_usd if self.saved_model_calls else None
+        theirs = other.saved_usd if other.saved_model_calls else None
+        total = _add(mine, theirs)
+        return (
+            0.0
+            if total is None and not (self.saved_model_calls or other.saved_model_calls)
+            else total
         )
 
 
