@@ -101,3 +101,17 @@ def test_missing_or_odd_usage_is_zero_and_the_requested_model() -> None:
         "usage": {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 9}},
     }
     assert usage_meta(bad, "m")["input_tokens"] == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "wire", "reply", "model", "split"), CASES, ids=[c[0] for c in CASES]
+)
+def test_a_streamed_reply_keeps_its_usage(
+    name: str, wire: WireFormat, reply: Any, model: str, split: dict[str, int]
+) -> None:
+    """What the proxy records of a streamed reply: its events as the API sends them,
+    assembled back into the response whose meta the step keeps."""
+    parsed = [wire.parse_event(text) for text in wire.events_for(reply())]
+    assembled = wire.assemble([event.data for event in parsed if event is not None])
+    meta = wire.meta(assembled)
+    assert meta["model"] == model and {k: meta[k] for k in split} == split, name
