@@ -87,8 +87,9 @@ def register(sub: Subparsers) -> Commands:
 def cmd_ls(args: argparse.Namespace) -> int:
     from durable_harness.runtime.views import format_ls, ls_data
 
-    with open_configured(settings_of(args)) as world:
-        rows = ls_data(world, args.limit)
+    settings = settings_of(args)
+    with open_configured(settings) as world:
+        rows = ls_data(world, args.limit, settings.price_table())
         print(json.dumps(rows, indent=2) if args.json else format_ls(rows))
     return 0
 
@@ -96,8 +97,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from durable_harness.runtime.views import format_show, show_data
 
-    with open_configured(settings_of(args)) as world:
-        data = show_data(world, args.turn)
+    settings = settings_of(args)
+    with open_configured(settings) as world:
+        data = show_data(world, args.turn, settings.price_table())
         print(json.dumps(data, indent=2) if args.json else format_show(data))
     return 0
 

@@ -68,6 +68,14 @@ class SessionInfo:
     workspace: str | None
     tools: list[str]
     tenant: str | None
+    # Tokens, cost and savings of its turns (docs/costs.md); defaults: an older server.
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    saved_model_calls: int = 0
+    saved_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,10 @@ class TurnInfo:
     input_tokens: int
     output_tokens: int
     cost_usd: float | None
+    cache_read_tokens: int = 0  # these four: defaults for an older server (docs/costs.md)
+    cache_write_tokens: int = 0
+    saved_model_calls: int = 0
+    saved_usd: float | None = None
 
     @property
     def finished(self) -> bool:

@@ -15,6 +15,7 @@ kind                   key                                     data
 ``step.abandoned``     ``step:<seq>:<attempt>:abandoned``      seq, attempt
 ``step.finished``      ``step:<seq>:finished``                 seq, attempt, kind, name,
                                                                status, output (short), meta
+``step.replayed``      ``step:<seq>:replayed:<epoch>``         seq, epoch, kind, name, status
 ``signal.received``    ``signal:<name>:<delivery>``            name
 ``turn.waiting``       ``attempt:<epoch>:waiting``             waiting_for, wake_at
 ``turn.released``      ``attempt:<epoch>:released``            error, delay
@@ -27,7 +28,10 @@ kind                   key                                     data
 an interrupted intent); ``<n>`` counts a step attempt's text pieces from 0. The text of a
 model step belongs to one attempt: ``step.abandoned`` says that attempt will never
 finish (its worker died), and its text is not part of the reply; the next attempt's
-``step.started`` and ``text.delta`` follow. ``turn.ended`` is always the last event.
+``step.started`` and ``text.delta`` follow. ``step.replayed`` says that the delivery
+holding lease ``<epoch>`` read finished step ``<seq>`` back from the journal instead of
+running it (``status`` ``done`` or ``possibly_ran``): once per step and delivery, which is
+what a turn's savings count (runtime/costs.py). ``turn.ended`` is always the last event.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ STEP_STARTED = "step.started"
 TEXT_DELTA = "text.delta"
 STEP_ABANDONED = "step.abandoned"
 STEP_FINISHED = "step.finished"
+STEP_REPLAYED = "step.replayed"
 SIGNAL_RECEIVED = "signal.received"
 TURN_WAITING = "turn.waiting"
 TURN_RELEASED = "turn.released"
@@ -52,6 +57,7 @@ KINDS = (
     TEXT_DELTA,
     STEP_ABANDONED,
     STEP_FINISHED,
+    STEP_REPLAYED,
     SIGNAL_RECEIVED,
     TURN_WAITING,
     TURN_RELEASED,
@@ -79,6 +85,10 @@ def delta_key(seq: int, attempt: int, n: int) -> str:
 
 def step_finished_key(seq: int) -> str:
     return f"step:{seq}:finished"
+
+
+def step_replayed_key(seq: int, epoch: int) -> str:
+    return f"step:{seq}:replayed:{epoch}"
 
 
 def signal_key(name: str, delivery: str) -> str:

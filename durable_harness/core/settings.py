@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import abc
 import json
+from pathlib import Path
 from typing import Annotated, Any, Self
 
-from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.pricing import PriceTable, price_table
 
 ENV_PREFIX = "DURABLE_HARNESS_"
 
@@ -138,7 +147,23 @@ class Settings(EnvSettings):
     #: Setup commands a turn from elsewhere may carry (exact text; ``*``: any), besides
     #: the ones typed at ``run`` in this process: a setup reaches the registries above.
     allowed_setup_commands: ListSetting = ()
+    #: The operator's price table: a JSON file merged over core/pricing.py's default,
+    #: read when the settings load (a bad file stops the command at start).
+    prices: Path | None = None
     _world_flags: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _prices: PriceTable | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _read_prices(self) -> Self:
+        # A ConfigError (not a ValueError) goes through pydantic as it is, naming the file.
+        self._prices = price_table(self.prices)
+        return self
+
+    def price_table(self) -> PriceTable:
+        """What model steps cost (core/pricing.py), with the operator's file merged in."""
+        if self._prices is None:
+            self._prices = price_table(self.prices)
+        return self._prices
 
     @classmethod
     def load(cls, **overrides: Any) -> Self:

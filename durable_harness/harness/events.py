@@ -382,6 +382,18 @@ class TurnEvents:
                 while state.pending is not None or state.buffer:
                     self._send(seq, state)
 
+    def step_replayed(self, step: Step) -> None:
+        """Finished step ``step`` was read back from the journal by this attempt instead
+        of running (fenced, like every append here; once per step and lease epoch)."""
+        data = {
+            "seq": step.seq,
+            "epoch": self.epoch,
+            "kind": step.kind,
+            "name": step.name,
+            "status": str(step.status),
+        }
+        self._append(ev.step_replayed_key(step.seq, self.epoch), ev.STEP_REPLAYED, data)
+
     def step_finished(self, step: Step, value: Any) -> None:
         """The step's outcome (``done`` or ``possibly_ran``) is recorded."""
         with self._lock:

@@ -110,7 +110,8 @@ class Journal:
         self.cancel = cancel or Cancellation()
         #: The turn's event log writer (the worker's, after its ``begin_attempt``): a
         #: step's ``started`` once its intent is durable, its text, its ``finished`` once
-        #: the outcome is. A replayed step appends nothing (its events are in the log).
+        #: the outcome is. A replayed step appends only its ``step.replayed`` (its other
+        #: events are in the log).
         self.events = events
         #: The turn's budget of model steps for keyed calls (CLI agents, whose loop is not
         #: ours to bound): a new model call past it ends the turn (TurnFailed).
@@ -278,6 +279,9 @@ class Journal:
             if recorded.status is not StepStatus.INTENT:
                 phase = "replayed" if recorded.status is StepStatus.DONE else "possibly_ran"
                 self.replayed += 1
+                if self.events is not None:
+                    # What the viewer draws as replayed, and what savings count.
+                    self.events.step_replayed(recorded)
                 self._emit(recorded, phase)
                 return StepResult(self._output(recorded), recorded.status, True, recorded)
             self._refuse_live(seq, kind, name)

@@ -36,6 +36,7 @@ from durable_harness.core.errors import (
 from durable_harness.core.keys import ordinal_model_key, ordinal_tool_key
 from durable_harness.core.settings import Settings
 from durable_harness.core.types import CANCEL_SIGNAL, Lease, Replay, StepStatus, Turn, TurnStatus
+from durable_harness.core.usage import usage_meta
 from durable_harness.core.world import World
 from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.crash import CrashPlan
@@ -148,7 +149,8 @@ class JournaledTurn:
 
         def run(_seq: int) -> Outcome:
             reply = _as_json(call(), f"the model call {label!r}", ConfigError)
-            return Outcome(reply, _usage(reply))
+            model = body.get("model")
+            return Outcome(reply, _usage(reply, model if isinstance(model, str) else None))
 
         self._check_open()
         return self._journal.run(
@@ -410,13 +412,7 @@ def _as_json(value: Any, what: str, error: type[DurableHarnessError]) -> Any:
         ) from exc
 
 
-def _usage(reply: Any) -> dict[str, Any]:
-    """Token counts for ``show``, from an Anthropic, Responses or Chat Completions reply."""
-    usage = reply.get("usage") if isinstance(reply, dict) else None
-    if not isinstance(usage, dict):
-        return {}
-    tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
-    tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
-    if tokens_in is None or tokens_out is None:
-        return {}
-    return {"input_tokens": tokens_in, "output_tokens": tokens_out}
+def _usage(reply: Any, model: str | None) -> dict[str, Any]:
+    """The model and token counts for ``show`` and cost, from an Anthropic, Responses or
+    Chat Completions reply (0 for counts the reply does not hold)."""
+    return usage_meta(reply, model)

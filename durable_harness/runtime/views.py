@@ -1,16 +1,23 @@
-"""What ``show`` and ``ls`` print: rows built from the World, as text or JSON."""
+"""What ``show`` and ``ls`` print: rows built from the World, as text or JSON.
+
+Money comes from :mod:`.costs`, priced by the table given (the settings' table: the
+default with ``DURABLE_HARNESS_PRICES`` merged over it; the default when none is given).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from durable_harness.core.pricing import PriceTable, price_table
 from durable_harness.core.types import Step, StepStatus, Turn
 from durable_harness.core.world import World
+from durable_harness.runtime.costs import step_cost, tokens, turn_costs
 
 
-def step_row(step: Step, turn: Turn) -> dict[str, Any]:
+def step_row(step: Step, turn: Turn, prices: PriceTable | None = None) -> dict[str, Any]:
     """One line of ``show``. ``how`` says whether the outcome was computed by the turn's
-    latest delivery (``live``) or read back from the journal by it (``replayed``)."""
+    latest delivery (``live``) or read back from the journal by it (``replayed``). The
+    token counts and ``model`` are a model step's (None for other steps)."""
     if step.status is StepStatus.INTENT:
         how = "interrupted" if turn.lease_owner is None else "running"
     elif step.status is StepStatus.POSSIBLY_RAN:
@@ -26,10 +33,17 @@ def step_row(step: Step, turn: Turn) -> dict[str, Any]:
         "how": how,
         "attempts": step.attempts,
         "duration": step.meta.get("duration"),
-        "input_tokens": step.meta.get("input_tokens"),
-        "output_tokens": step.meta.get("output_tokens"),
+        **_usage(step),
+        "cost_usd": step_cost(step, prices or price_table()),
         "recorded_by_delivery": step.meta.get("turn_attempt"),
     }
+
+
+def _usage(step: Step) -> dict[str, Any]:
+    keys = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    if step.kind != "model":
+        return {"model": None, **dict.fromkeys(keys)}
+    return {"model": step.meta.get("model") or step.name, **{k: tokens(step, k) for k in keys}}
 
 
 def turn_row(turn: Turn) -> dict[str, Any]:
@@ -52,10 +66,20 @@ def turn_row(turn: Turn) -> dict[str, Any]:
     }
 
 
-def show_data(world: World, turn_id: str) -> dict[str, Any]:
+def costed_turn_row(world: World, turn: Turn, prices: PriceTable) -> dict[str, Any]:
+    """:func:`turn_row` with the turn's tokens, cost and savings (runtime/costs.py)."""
+    return {**turn_row(turn), **turn_costs(world, turn.turn_id, prices).as_dict()}
+
+
+def show_data(world: World, turn_id: str, prices: PriceTable | None = None) -> dict[str, Any]:
+    prices = prices or price_table()
     turn = world.get_turn(turn_id)
     steps = world.load_steps(turn_id)
-    return {"turn": turn_row(turn), "steps": [step_row(s, turn) for s in steps]}
+    costs = turn_costs(world, turn_id, prices, steps)
+    return {
+        "turn": {**turn_row(turn), **costs.as_dict()},
+        "steps": [step_row(s, turn, prices) for s in steps],
+    }
 
 
 def format_show(data: dict[str, Any]) -> str:
@@ -65,17 +89,26 @@ def format_show(data: dict[str, Any]) -> str:
         f"deliveries {t['deliveries']}  agent {t['agent']}",
         f"prompt: {_short(t['prompt'], 100)}",
         f"{'seq':>4}  {'kind':<5}  {'name':<22}  {'status':<12}  {'how':<11}  "
-        f"{'att':>3}  {'secs':>7}  {'tokens in/out':>13}",
+        f"{'att':>3}  {'secs':>7}  {'tokens in/out':>13}  {'cached':>7}  {'cost':>9}",
     ]
     for s in data["steps"]:
-        tokens = ""
+        tokens, cached = "", ""
         if s["input_tokens"] is not None:
             tokens = f"{s['input_tokens']}/{s['output_tokens']}"
+            cached = str(s["cache_read_tokens"])
         secs = "" if s["duration"] is None else f"{s['duration']:.3f}"
+        cost = "" if s["kind"] != "model" else _usd(s["cost_usd"])
         lines.append(
             f"{s['seq']:>4}  {s['kind']:<5}  {_short(s['name'], 22):<22}  {s['status']:<12}  "
-            f"{s['how']:<11}  {s['attempts']:>3}  {secs:>7}  {tokens:>13}"
+            f"{s['how']:<11}  {s['attempts']:>3}  {secs:>7}  {tokens:>13}  {cached:>7}  "
+            f"{cost:>9}"
         )
+    lines.append(
+        f"tokens: {t['input_tokens']} in, {t['output_tokens']} out, "
+        f"{t['cache_read_tokens']} cache read, {t['cache_write_tokens']} cache write  "
+        f"cost {_usd(t['cost_usd'])}  saved {t['saved_model_calls']} model call(s) "
+        f"({_usd(t['saved_usd'])}) by replay"
+    )
     if t["result"] is not None:
         lines.append(f"reply: {t['result']}")
     if t["error"]:
@@ -83,21 +116,33 @@ def format_show(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def ls_data(world: World, limit: int = 50) -> list[dict[str, Any]]:
-    return [turn_row(t) for t in world.list_turns(limit=limit)]
+def ls_data(
+    world: World, limit: int = 50, prices: PriceTable | None = None
+) -> list[dict[str, Any]]:
+    prices = prices or price_table()
+    return [costed_turn_row(world, t, prices) for t in world.list_turns(limit=limit)]
 
 
 def format_ls(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no turns yet: start one with `durable-harness run PROMPT`"
-    lines = [f"{'session':<22}  {'turn':<22}  {'#':>2}  {'status':<8}  {'dlv':>3}  prompt"]
+    lines = [
+        f"{'session':<22}  {'turn':<22}  {'#':>2}  {'status':<8}  {'dlv':>3}  {'cost':>9}  "
+        f"{'saved':>9}  prompt"
+    ]
     for r in rows:
         lines.append(
             f"{r['session_id']:<22}  {r['turn_id']:<22}  {r['index']:>2}  {r['status']:<8}  "
-            f"{r['deliveries']:>3}  {_short(r['prompt'], 50)}"
+            f"{r['deliveries']:>3}  {_usd(r['cost_usd']):>9}  {_usd(r['saved_usd']):>9}  "
+            f"{_short(r['prompt'], 50)}"
             + (f"  [waits for {r['waiting_for']}]" if r["waiting_for"] else "")
         )
     return "\n".join(lines)
+
+
+def _usd(value: float | None) -> str:
+    """Dollars to the hundredth of a cent (model calls are cheap); ``?``: no price."""
+    return "?" if value is None else f"${value:.4f}"
 
 
 def _short(text: str | None, width: int) -> str:

@@ -36,7 +36,26 @@ class CancelTurn(_Request):
     reason: str = Field(default="cancelled through the API", max_length=2000)
 
 
-class SessionOut(BaseModel):
+class CostFields(BaseModel):
+    """Tokens, money and savings (runtime/costs.py; prices: core/pricing.py, overridden
+    by the operator's ``DURABLE_HARNESS_PRICES``)."""
+
+    input_tokens: int = Field(default=0, description="input not read from or written to a cache")
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = Field(
+        default=None, description="the priced model steps' cost; null when none has a price"
+    )
+    saved_model_calls: int = Field(
+        default=0, description="model steps read back by a later delivery, once per read-back"
+    )
+    saved_usd: float | None = Field(
+        default=0.0, description="what those calls cost; null when none has a price"
+    )
+
+
+class SessionOut(CostFields):
     session_id: str
     created_at: float
     agent: str | None
@@ -53,7 +72,7 @@ class TurnStarted(BaseModel):
     events: str = Field(description="the turn's event stream (SSE)")
 
 
-class TurnOut(BaseModel):
+class TurnOut(CostFields):
     turn_id: str
     session_id: str
     index: int
@@ -69,11 +88,6 @@ class TurnOut(BaseModel):
     created_at: float
     finished_at: float | None
     steps: int
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float | None = Field(
-        description="summed from the steps that recorded a cost; null when none did"
-    )
 
 
 class Page(BaseModel):

@@ -23,6 +23,7 @@ from durable_harness.core.turn_config import DOCKER, VIRTUAL
 from durable_harness.core.types import Session, Turn, is_dead_lettered
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.cancel import request_cancel
+from durable_harness.runtime.costs import Costs, session_costs, turn_costs
 from durable_harness.runtime.turns import new_id, start_turn, turn_config
 from durable_harness.server import listing
 from durable_harness.server.auth import Caller
@@ -52,9 +53,10 @@ Status = Query(default=None, description=f"one of {', '.join(listing.STATUSES)}"
 Text = Query(default=None, max_length=200, description="a case-insensitive substring")
 
 
-def session_out(session: Session, owner: str | None) -> SessionOut:
+def session_out(session: Session, owner: str | None, costs: Costs | None = None) -> SessionOut:
     api = session.meta.get("api") or {}
     return SessionOut(
+        **(costs or Costs()).as_dict(),
         session_id=session.session_id,
         created_at=session.created_at,
         agent=session.meta.get("agent"),
@@ -66,8 +68,9 @@ def session_out(session: Session, owner: str | None) -> SessionOut:
 
 def turn_out(ctx: Context, turn: Turn) -> TurnOut:
     steps = ctx.world.load_steps(turn.turn_id)
-    costs = [s.meta["cost_usd"] for s in steps if isinstance(s.meta.get("cost_usd"), int | float)]
+    costs = turn_costs(ctx.world, turn.turn_id, ctx.settings.price_table(), steps)
     return TurnOut(
+        **costs.as_dict(),
         turn_id=turn.turn_id,
         session_id=turn.session_id,
         index=turn.index,
@@ -81,9 +84,6 @@ def turn_out(ctx: Context, turn: Turn) -> TurnOut:
         created_at=turn.created_at,
         finished_at=turn.finished_at,
         steps=len(steps),
-        input_tokens=sum(int(s.meta.get("input_tokens") or 0) for s in steps),
-        output_tokens=sum(int(s.meta.get("output_tokens") or 0) for s in steps),
-        cost_usd=float(sum(costs)) if costs else None,
     )
 
 
@@ -165,7 +165,15 @@ def list_sessions(
     found = listing.page(
         keys, load, keep, limit, _keyset(decode_cursor(cursor)), ctx.limits.api_list_scan
     )
-    out = [session_out(s, ctx.world.get_owner("session", s.session_id)) for s in found.items]
+    prices = ctx.settings.price_table()
+    out = [
+        session_out(
+            s,
+            ctx.world.get_owner("session", s.session_id),
+            session_costs(ctx.world, s.session_id, prices),
+        )
+        for s in found.items
+    ]
     last = encode_cursor(found.next_cursor) if found.next_cursor else None
     return SessionPage(sessions=out, next_cursor=last)
 
@@ -220,7 +228,9 @@ def _keyset(value: Any) -> tuple[float, str] | None:
 @router.get("/sessions/{session_id}", response_model=SessionOut)
 def get_session(session_id: str, ctx: Ctx, caller: Auth) -> SessionOut:
     session, owner = ctx.session(caller, session_id)
-    return session_out(session, owner)
+    return session_out(
+        session, owner, session_costs(ctx.world, session_id, ctx.settings.price_table())
+    )
 
 
 @router.post("/sessions/{session_id}/turns", status_code=202, response_model=TurnStarted)

@@ -62,7 +62,8 @@ def list_steps(turn_id: str, ctx: Ctx, caller: Auth) -> StepList:
     read back, what possibly ran, what was interrupted."""
     turn = ctx.turn(caller, turn_id)
     steps = ctx.world.load_steps(turn.turn_id)
-    return StepList(steps=[step_out(s, step_row(s, turn), turn) for s in steps])
+    prices = ctx.settings.price_table()  # the operator's DURABLE_HARNESS_PRICES, if set
+    return StepList(steps=[step_out(s, step_row(s, turn, prices), turn) for s in steps])
 
 
 @router.get("/turns/{turn_id}/steps/{seq}", response_model=StepDetail)

@@ -33,6 +33,7 @@ from durable_harness.testing.fake_model_script import (
     RequestView,
     Rule,
     canonical_json,
+    openai_counts,
     stable_digest,
 )
 
@@ -79,8 +80,9 @@ def build_completion(request: dict[str, Any], rule: Rule, digest: str) -> dict[s
         )
     if calls:
         message["tool_calls"] = calls
-    prompt_tokens = max(1, len(canonical_json(request.get("messages"))) // 4)
-    completion_tokens = max(1, len(canonical_json(message)) // 4)
+    prompt_tokens, cached, completion_tokens = openai_counts(
+        rule.reply.usage, canonical_json(request.get("messages")), canonical_json(message)
+    )
     model = request.get("model")
     return {
         "id": "chatcmpl-" + digest[:24],
@@ -99,6 +101,7 @@ def build_completion(request: dict[str, Any], rule: Rule, digest: str) -> dict[s
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached},
         },
         "system_fingerprint": None,
     }

@@ -30,6 +30,7 @@ from durable_harness.testing.fake_model_script import (
     RequestView,
     Rule,
     canonical_json,
+    openai_counts,
     stable_digest,
 )
 
@@ -89,8 +90,9 @@ def build_response(request: dict[str, Any], rule: Rule, digest: str) -> dict[str
                 **({"namespace": tool.namespace} if tool.namespace else {}),
             }
         )
-    input_tokens = max(1, len(canonical_json(request.get("input"))) // 4)
-    output_tokens = max(1, len(canonical_json(output)) // 4)
+    input_tokens, cached, output_tokens = openai_counts(
+        rule.reply.usage, canonical_json(request.get("input")), canonical_json(output)
+    )
     model = request.get("model")
     return {
         "id": "resp_" + digest[:24],
@@ -101,7 +103,7 @@ def build_response(request: dict[str, Any], rule: Rule, digest: str) -> dict[str
         "output": output,
         "usage": {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,

@@ -109,6 +109,19 @@ class ToolUse(_Strict):
         return self
 
 
+class Usage(_Strict):
+    """The usage a reply reports (``reply.usage``), for tests of cost accounting. Counts
+    not given: input and output derived from the request's and reply's lengths, cache
+    reads and writes 0. Each API gets its own spelling: Anthropic's ``input_tokens``
+    leaves the cached parts out; OpenAI's count them in (``cached_tokens`` beside) and
+    know no cache writes, so ``cache_write_tokens`` is plain input there."""
+
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    cache_read_tokens: int = Field(default=0, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
+
+
 class ErrorReply(_Strict):
     """Answer with an API error instead of a message, shaped as Anthropic's."""
 
@@ -142,6 +155,7 @@ class Reply(_Strict):
     (``surrogateescape``), unescaped: a reply whose bytes are not valid UTF-8."""
     tool_use: list[ToolUse] = Field(default_factory=list)
     error: ErrorReply | None = None
+    usage: Usage = Field(default_factory=Usage)
     delay_ms: int = Field(default=0, ge=0)
     chunk_delay_ms: int = Field(default=0, ge=0)
     stream_fault: Literal["drop", "malformed"] | None = None
@@ -225,6 +239,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "reply": Reply,
     "error": ErrorReply,
     "tool_use": ToolUse,
+    "usage": Usage,
 }
 
 
@@ -430,9 +445,21 @@ def build_message(request: dict[str, Any], rule: Rule) -> dict[str, Any]:
         "stop_reason": rule.reply.stop_reason,
         "stop_sequence": None,
         "usage": {
-            "input_tokens": max(1, len(canonical) // 4),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "output_tokens": max(1, len(canonical_json(content)) // 4),
+            "input_tokens": _or(rule.reply.usage.input_tokens, canonical),
+            "cache_creation_input_tokens": rule.reply.usage.cache_write_tokens,
+            "cache_read_input_tokens": rule.reply.usage.cache_read_tokens,
+            "output_tokens": _or(rule.reply.usage.output_tokens, canonical_json(content)),
         },
     }
+
+
+def _or(count: int | None, text: str) -> int:
+    """A scripted token count, else one token per four characters of ``text``."""
+    return max(1, len(text) // 4) if count is None else count
+
+
+def openai_counts(usage: Usage, request_text: str, reply_text: str) -> tuple[int, int, int]:
+    """(input with the cached part in it, cached, output): how both OpenAI APIs count."""
+    cached = usage.cache_read_tokens
+    plain = _or(usage.input_tokens, request_text) + usage.cache_write_tokens
+    return plain + cached, cached, _or(usage.output_tokens, reply_text)

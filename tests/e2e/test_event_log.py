@@ -102,7 +102,12 @@ def test_the_log_survives_every_crash_and_streams_text_live(h: Harness) -> None:
             ]
             assert "".join(pieces) == text, step.seq
             assert finished.data["output"] == text
-            assert set(finished.data["meta"]) == {"input_tokens", "output_tokens"}
+            assert set(finished.data["meta"]) == {
+                "input_tokens",
+                "output_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+            }
     # The killed attempt's text is in the log, marked abandoned, and apart from the reply.
     cut = [e.data["text"] for e in events if e.key.startswith("step:2:1:delta:")]
     assert cut and at["step:2:1:abandoned"] > at["step:2:1:delta:0"]

@@ -28,6 +28,7 @@ from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import Replay, Step, StepStatus, TurnStatus
+from durable_harness.core.usage import anthropic_usage, model_of
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, Outcome, decode_output
 from durable_harness.harness.model import ModelClient, resolve_endpoint
@@ -333,14 +334,12 @@ class _Loop:
         # app following the turn) while the model is still writing.
         on_text = None if events is None else partial(events.text, seq)
         reply = self.client.create(request, on_text=on_text)
-        usage = reply.get("usage", {})
-        return Outcome(
-            reply,
-            {
-                "input_tokens": usage.get("input_tokens", 0),
-                "output_tokens": usage.get("output_tokens", 0),
-            },
-        )
+        usage = reply.get("usage")
+        meta = {
+            "model": model_of(reply, str(request["model"])),
+            **anthropic_usage(usage if isinstance(usage, dict) else {}),
+        }
+        return Outcome(reply, meta)
 
     def _run_tool(self, n: int, block: dict[str, Any]) -> dict[str, Any]:
         name = str(block["name"])

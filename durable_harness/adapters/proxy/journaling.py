@@ -135,6 +135,8 @@ class ModelSteps:
     ) -> None:
         """Record the outcome (raises what the journal raises: a lost lease stops the turn)."""
         meta = wire.meta(message)
+        if not meta.get("model"):
+            meta["model"] = step.step.name  # the request's model (see ``begin``)
         if first_byte is not None:
             meta["first_byte_ms"] = round((first_byte - started) * 1000, 1)
         self.journal.end(step, Outcome(value, meta))

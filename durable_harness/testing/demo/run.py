@@ -82,14 +82,14 @@ def run_demo(data_dir: str | None, crash_at: str | None) -> int:
         )
         settings = Settings.load(world="local", data_dir=root / "world")
         with open_configured(settings) as world:
-            print(format_show(show_data(world, turn_id)), "\n")
+            print(format_show(show_data(world, turn_id, settings.price_table())), "\n")
         print(
             "2. A new worker resumes the turn once the dead worker's lease runs out\n", flush=True
         )
         resumed = _cli(["resume", turn_id], env)
         print(f"\n   reply: {resumed.stdout.strip()}\n")
         with open_configured(settings) as world:
-            data = show_data(world, turn_id)
+            data = show_data(world, turn_id, settings.price_table())
         print(format_show(data), "\n")
         replayed_models = sum(
             1 for s in data["steps"] if s["kind"] == "model" and s["how"] == "replayed"
@@ -101,6 +101,9 @@ def run_demo(data_dir: str | None, crash_at: str | None) -> int:
             f"({calls_before} before the crash, {server.request_count - calls_before} after)"
         )
         print(f"   model calls read back from the journal instead of paid again: {replayed_models}")
+        saved = data["turn"]["saved_usd"]
+        money = "unknown (no price for the model)" if saved is None else f"${saved:.4f}"
+        print(f"   what those calls would have cost again, at list prices: {money}")
         print(f"   refunds in the ledger: {len(refunds)} (the 'never' tool did not run twice)")
         for line in refunds:
             print(f"     {line}")

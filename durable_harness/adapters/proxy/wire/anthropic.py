@@ -12,6 +12,7 @@ from durable_harness.adapters.proxy.sse import (
     events_for_message,
 )
 from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable
+from durable_harness.core.usage import anthropic_usage, model_of
 
 #: What Claude Code, Pi and OpenCode send on the Messages API (logged from their e2e
 #: tests, docs/cli.md), and the plain sampling fields. Left out on purpose:
@@ -97,10 +98,8 @@ class AnthropicMessages(WireFormat):
     def meta(self, response: dict[str, Any]) -> dict[str, Any]:
         usage = response.get("usage") or {}
         return {
-            "input_tokens": int(usage.get("input_tokens") or 0)
-            + int(usage.get("cache_read_input_tokens") or 0)
-            + int(usage.get("cache_creation_input_tokens") or 0),
-            "output_tokens": int(usage.get("output_tokens") or 0),
+            "model": model_of(response, None),
+            **anthropic_usage(usage if isinstance(usage, dict) else {}),
             "stop_reason": response.get("stop_reason"),
             "message_id": response.get("id"),
             "tool_use_ids": [

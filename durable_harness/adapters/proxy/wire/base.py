@@ -118,8 +118,10 @@ class WireFormat(abc.ABC):
 
     @abc.abstractmethod
     def meta(self, response: dict[str, Any]) -> dict[str, Any]:
-        """Journal metadata of a response: ``input_tokens``, ``output_tokens``,
-        ``stop_reason``, ``message_id``, ``tool_use_ids``."""
+        """Journal metadata of a response: ``model`` (the response's; None when it names
+        none, and the proxy then records the request's), the token counts of
+        :mod:`durable_harness.core.usage`, ``stop_reason``, ``message_id``,
+        ``tool_use_ids``."""
 
 
 def error_text(data: bytes | str) -> str:

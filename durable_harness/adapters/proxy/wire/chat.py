@@ -27,6 +27,7 @@ from typing import Any
 from durable_harness.adapters.proxy.sse import MalformedStream, SseEvent, text_pieces
 from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable, content_text
 from durable_harness.core.canonical import dumps_compact
+from durable_harness.core.usage import chat_usage, model_of
 
 __all__ = ["CHAT", "OpenAIChatCompletions", "assemble_completion"]
 
@@ -146,8 +147,8 @@ class OpenAIChatCompletions(WireFormat):
         ]
         finish = choices[0].get("finish_reason") if choices else None
         return {
-            "input_tokens": int(usage.get("prompt_tokens") or 0),
-            "output_tokens": int(usage.get("completion_tokens") or 0),
+            "model": model_of(response, None),
+            **chat_usage(usage if isinstance(usage, dict) else {}),
             "stop_reason": "tool_use" if calls else finish,
             "message_id": response.get("id"),
             "tool_use_ids": [call.get("id") for call in calls],

@@ -16,6 +16,7 @@ from typing import Any
 
 from durable_harness.adapters.proxy.sse import SseEvent, sse_frame, text_pieces
 from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable, content_text
+from durable_harness.core.usage import model_of, responses_usage
 
 #: What Codex and Pi send on the Responses API (logged from their e2e tests), and the
 #: plain sampling fields. Left out on purpose: ``previous_response_id``, ``conversation``
@@ -111,8 +112,8 @@ class OpenAIResponses(WireFormat):
         output = [i for i in response.get("output") or [] if isinstance(i, dict)]
         calls = [i for i in output if i.get("type") in ("function_call", "custom_tool_call")]
         return {
-            "input_tokens": int(usage.get("input_tokens") or 0),
-            "output_tokens": int(usage.get("output_tokens") or 0),
+            "model": model_of(response, None),
+            **responses_usage(usage if isinstance(usage, dict) else {}),
             "stop_reason": "tool_use" if calls else response.get("status"),
             "message_id": response.get("id"),
             "tool_use_ids": [i.get("call_id") for i in calls],

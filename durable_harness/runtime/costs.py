@@ -1,0 +1,127 @@
+"""What a turn (and a session) cost, and what its journal saved, from the World alone.
+
+* A model step's cost is its recorded usage (:mod:`durable_harness.core.usage`) priced
+  by the table (:mod:`durable_harness.core.pricing`) for the model it recorded; a step
+  whose model has no price costs None, and so does every tool step (no tokens).
+* A turn's ``cost_usd`` sums its model steps' costs: what the provider billed for the
+  calls the journal holds. None when no model step has a price (unknown is not free).
+  A call made again after a crash (it had returned, but its outcome was not recorded)
+  is billed twice by the provider and counted once here: the journal keeps one outcome.
+* Savings: every ``step.replayed`` event of a model step (one per step and delivery,
+  appended by the journal when a later delivery reads the finished call back instead
+  of paying for it again) saves that step's cost once. ``saved_model_calls`` counts
+  them, ``saved_usd`` sums their costs (None when calls were saved but none has a price).
+
+The counts are computed when asked (``show``, ``ls``, the API), so a corrected price
+table prices past turns too; the cost is that of reading the turn's steps and events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from durable_harness.core import events as ev
+from durable_harness.core.pricing import PriceTable
+from durable_harness.core.types import Event, Step
+from durable_harness.core.usage import TOKEN_KEYS
+from durable_harness.core.world import World
+from durable_harness.harness.events import read_all
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Tokens, money and savings of a turn or of several (a session)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    saved_model_calls: int = 0
+    saved_usd: float | None = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __add__(self, other: Costs) -> Costs:
+        return Costs(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            _add(self.cost_usd, other.cost_usd),
+            self.saved_model_calls + other.saved_model_calls,
+            self._saved_plus(other),
+        )
+
+    def _saved_plus(self, other: Costs) -> float | None:
+        # A side that saved no call adds nothing, not even its 0.0: the sum of one turn
+        # whose saved calls have no price and one that saved none is unknown, not 0.
+        mine = self.saved_usd if self.saved_model_calls else None
+        theirs = other.saved_usd if other.saved_model_calls else None
+        total = _add(mine, theirs)
+        return (
+            0.0
+            if total is None and not (self.saved_model_calls or other.saved_model_calls)
+            else total
+        )
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+def step_cost(step: Step, prices: PriceTable) -> float | None:
+    """The cost of one step (None: a tool step, or a model whose price is unknown). An
+    older journal's model step recorded no ``model``: its name is the request's model."""
+    if step.kind != "model":
+        return None
+    model = step.meta.get("model")
+    return prices.cost(model if isinstance(model, str) and model else step.name, step.meta)
+
+
+def tokens(step: Step, key: str) -> int:
+    value = step.meta.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def turn_costs(
+    world: World,
+    turn_id: str,
+    prices: PriceTable,
+    steps: Sequence[Step] | None = None,
+    events: Sequence[Event] | None = None,
+) -> Costs:
+    """The :class:`Costs` of one turn (``steps`` and ``events``: read now if not given)."""
+    steps = world.load_steps(turn_id) if steps is None else steps
+    events = read_all(world, turn_id) if events is None else events
+    costs = {s.seq: step_cost(s, prices) for s in steps}
+    counts = {key: sum(tokens(s, key) for s in steps) for key in TOKEN_KEYS}
+    saved = [
+        int(e.data["seq"])
+        for e in events
+        if e.kind == ev.STEP_REPLAYED and e.data.get("kind") == "model" and "seq" in e.data
+    ]
+    return Costs(
+        **counts,
+        cost_usd=_sum(costs.values()),
+        saved_model_calls=len(saved),
+        saved_usd=_sum(costs.get(seq) for seq in saved) if saved else 0.0,
+    )
+
+
+def session_costs(world: World, session_id: str, prices: PriceTable) -> Costs:
+    """The sum of the session's turns' :class:`Costs`."""
+    total = Costs()
+    for turn in world.list_turns(session_id, limit=2**31):
+        total += turn_costs(world, turn.turn_id, prices)
+    return total
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(sum(known)) if known else None
