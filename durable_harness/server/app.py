@@ -14,7 +14,7 @@ from durable_harness.core.version import __version__
 from durable_harness.core.world import World
 from durable_harness.harness.listener import BodyLimit, Limits, Listener
 from durable_harness.runtime.admission import parse_tool_sets
-from durable_harness.server import errors, resources, signals
+from durable_harness.server import errors, resources, signals, steps, ui
 from durable_harness.server.context import Context
 from durable_harness.server.stream import Follower
 
@@ -51,6 +51,8 @@ def build_app(
     errors.install(app)
     app.include_router(resources.router)
     app.include_router(signals.router)
+    app.include_router(steps.router)
+    ui.install(app)
     return app
 
 
@@ -75,8 +77,9 @@ class ApiServer:
         )
         self.app = build_app(world, settings, self.limits, self.follower)
         caps = caps or Limits.from_settings(max_body=self.limits.api_max_body_bytes)
+        app = ui.ViewerHeaders(self.app)
         self._listener = Listener(
-            BodyLimit(self.app, caps, errors.listener_refusal), host, port, caps, name="serve"
+            BodyLimit(app, caps, errors.listener_refusal), host, port, caps, name="serve"
         )
 
     @property

@@ -61,6 +61,9 @@ class TurnOut(BaseModel):
     prompt: str
     reply: str | None
     error: str | None
+    dead_lettered: bool = Field(
+        default=False, description="failed because the World gave up redelivering it"
+    )
     waiting_for: str | None
     attempts: int
     created_at: float
@@ -83,6 +86,50 @@ class SessionPage(Page):
 
 class TurnPage(Page):
     turns: list[TurnOut]
+
+
+class StepRow(BaseModel):
+    """One step of a turn's journal, as ``show`` prints it, with its times."""
+
+    seq: int
+    kind: str = Field(description="model or tool (wait steps are tools)")
+    name: str
+    key: str
+    status: str = Field(description="intent, done or possibly_ran")
+    how: str = Field(
+        description="live (computed by the turn's latest delivery), replayed (read back by "
+        "it), not re-run (a never tool interrupted: possibly ran), interrupted (an intent "
+        "without outcome, no worker on it) or running"
+    )
+    attempts: int
+    delivery: int | None = Field(description="the delivery (1, 2, ...) that recorded it")
+    epoch: int = Field(description="the lease epoch its intent was written under")
+    started_at: float
+    finished_at: float | None
+    duration: float | None = Field(description="seconds the call ran (null: never finished)")
+    input_tokens: int | None
+    output_tokens: int | None
+    cache_read_tokens: int | None
+    cost_usd: float | None
+
+
+class StepList(BaseModel):
+    steps: list[StepRow]
+
+
+class StepDetail(BaseModel):
+    """A step's recorded input and output, as the journal holds them (JSON text; a blob
+    fetched from the World), each cut at 256 KiB."""
+
+    seq: int
+    kind: str
+    name: str
+    status: str
+    input: str | None = Field(description="null: not stored (a model call's request)")
+    output: str | None = Field(description="null: no outcome yet")
+    input_bytes: int
+    output_bytes: int = Field(description="the whole output's size, before any cut")
+    truncated: bool = Field(description="input or output was cut: neither parses as JSON")
 
 
 class SignalOut(BaseModel):

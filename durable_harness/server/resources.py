@@ -10,7 +10,9 @@ finished.
 
 from __future__ import annotations
 
+import bisect
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -22,6 +24,7 @@ from durable_harness.core.types import Session, Turn
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.cancel import request_cancel
 from durable_harness.runtime.turns import new_id, start_turn, turn_config
+from durable_harness.server import listing
 from durable_harness.server.auth import Caller
 from durable_harness.server.context import Auth, Context, Ctx, decode_cursor, encode_cursor
 from durable_harness.server.errors import ApiError
@@ -45,6 +48,8 @@ router = APIRouter(prefix="/v1", responses=ERRORS)
 #: turn is a program's own loop on the Python API, not something a worker drives).
 API_AGENTS = tuple(name for name in ADAPTERS if name != "custom")
 Limit = Query(default=50, ge=1, le=200)
+Status = Query(default=None, description=f"one of {', '.join(listing.STATUSES)}")
+Text = Query(default=None, max_length=200, description="a case-insensitive substring")
 
 
 def session_out(session: Session, owner: str | None) -> SessionOut:
@@ -70,6 +75,7 @@ def turn_out(ctx: Context, turn: Turn) -> TurnOut:
         prompt=turn.prompt,
         reply=turn.result,
         error=turn.error,
+        dead_lettered=listing.is_dead_lettered(turn),
         waiting_for=turn.waiting_for,
         attempts=turn.attempts,
         created_at=turn.created_at,
@@ -150,37 +156,49 @@ def create_session(body: CreateSession, ctx: Ctx, caller: Auth) -> SessionOut:
 
 @router.get("/sessions", response_model=SessionPage)
 def list_sessions(
-    ctx: Ctx, caller: Auth, limit: int = Limit, cursor: str | None = None
+    ctx: Ctx, caller: Auth, limit: int = Limit, cursor: str | None = None, q: str | None = Text
 ) -> SessionPage:
-    """The caller's sessions, newest first (an operator token: every session)."""
-    keys, more = _keys(ctx, caller, "session", limit, _keyset(decode_cursor(cursor)))
-    out = []
-    for _created, session_id in keys:
-        try:
-            session = ctx.world.get_session(session_id)
-        except NotFound:
-            continue  # owned, but its creation never finished
-        out.append(session_out(session, ctx.world.get_owner("session", session_id)))
-    last = encode_cursor(keys[-1]) if more and keys else None
+    """The caller's sessions, newest first (an operator token: every session); ``q``: a
+    case-insensitive substring of the session id, its agent, or a turn's prompt or id."""
+    keys, load = _source(ctx, caller, "session")
+    keep = listing.session_filter(q, lambda session_id: ctx.world.list_turns(session_id))
+    found = listing.page(keys, load, keep, limit, _keyset(decode_cursor(cursor)))
+    out = [session_out(s, ctx.world.get_owner("session", s.session_id)) for s in found.items]
+    last = encode_cursor(found.next_cursor) if found.next_cursor else None
     return SessionPage(sessions=out, next_cursor=last)
 
 
-def _keys(
-    ctx: Context, caller: Caller, kind: str, limit: int, before: tuple[float, str] | None
-) -> tuple[list[tuple[float, str]], bool]:
-    """A page of ``(created_at, id)``, newest first, and whether more follow. A tenant's
-    come from its owned items' keyset; an operator's from the whole catalog, which the
-    World lists without a cursor (read whole and cut here: an operator's call)."""
+def _source(ctx: Context, caller: Caller, kind: str) -> tuple[listing.Keys, Callable[[str], Any]]:
+    """What :func:`listing.page` reads: the keys ``(created_at, id)`` newest first, and
+    the item of an id (None: owned, but its creation never finished). A tenant's come
+    from its owned items' keyset; an operator's from the whole catalog, which the World
+    lists without a cursor (read whole and cut here: an operator's call)."""
     if caller.operator:
+        items: dict[str, Any]
         if kind == "session":
-            every = [(s.created_at, s.session_id) for s in ctx.world.list_sessions(limit=2**31)]
+            items = {s.session_id: s for s in ctx.world.list_sessions(limit=2**31)}
         else:
-            every = [(t.created_at, t.turn_id) for t in ctx.world.list_turns(limit=2**31)]
-        rows = sorted((k for k in every if before is None or k < before), reverse=True)
-        rows = rows[: limit + 1]
-    else:
-        rows = ctx.world.list_owned(caller.tenant, kind, limit=limit + 1, before=before)
-    return rows[:limit], len(rows) > limit
+            items = {t.turn_id: t for t in ctx.world.list_turns(limit=2**31)}
+        ascending = sorted((item.created_at, key) for key, item in items.items())
+
+        def catalog(before: listing.Key | None, n: int) -> list[listing.Key]:
+            end = len(ascending) if before is None else bisect.bisect_left(ascending, before)
+            return ascending[max(0, end - n) : end][::-1]
+
+        return catalog, items.get
+
+    def owned(before: listing.Key | None, n: int) -> list[listing.Key]:
+        return ctx.world.list_owned(caller.tenant, kind, limit=n, before=before)
+
+    get = ctx.world.get_session if kind == "session" else ctx.world.get_turn
+
+    def load(item_id: str) -> Any:
+        try:
+            return get(item_id)
+        except NotFound:
+            return None  # owned, but its creation never finished
+
+    return owned, load
 
 
 def _keyset(value: Any) -> tuple[float, str] | None:
@@ -249,16 +267,21 @@ def list_session_turns(
 
 
 @router.get("/turns", response_model=TurnPage)
-def list_turns(ctx: Ctx, caller: Auth, limit: int = Limit, cursor: str | None = None) -> TurnPage:
-    """The caller's turns of every session, newest first (an operator token: every turn)."""
-    keys, more = _keys(ctx, caller, "turn", limit, _keyset(decode_cursor(cursor)))
-    out = []
-    for _created, turn_id in keys:
-        try:
-            out.append(turn_out(ctx, ctx.world.get_turn(turn_id)))
-        except NotFound:
-            continue
-    return TurnPage(turns=out, next_cursor=encode_cursor(keys[-1]) if more and keys else None)
+def list_turns(
+    ctx: Ctx,
+    caller: Auth,
+    limit: int = Limit,
+    cursor: str | None = None,
+    status: str | None = Status,
+    q: str | None = Text,
+) -> TurnPage:
+    """The caller's turns of every session, newest first (an operator token: every
+    turn); ``status`` and ``q`` (prompt, turn id or session id) filter them."""
+    keys, load = _source(ctx, caller, "turn")
+    keep = listing.turn_filter(status, q)
+    found = listing.page(keys, load, keep, limit, _keyset(decode_cursor(cursor)))
+    last = encode_cursor(found.next_cursor) if found.next_cursor else None
+    return TurnPage(turns=[turn_out(ctx, t) for t in found.items], next_cursor=last)
 
 
 @router.get("/turns/{turn_id}", response_model=TurnOut)
