@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 from support import FIXTURES, STARTED_SERVES, Harness, make_harness
 from viewer_cases import CHROMIUM, CHROMIUM_ARGS, TOOL_SETS
+
+# A worker on a busy CI machine may take seconds to claim a turn: page assertions wait.
+expect.set_options(timeout=30_000)
 
 
 @pytest.fixture(scope="module")

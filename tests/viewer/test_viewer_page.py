@@ -167,7 +167,18 @@ def test_a_crashed_and_resumed_turn_in_the_browser(
     assert page.evaluate("() => window.__xss") is None
     assert page.evaluate("() => document.images.length") == 0
     assert page.evaluate("() => document.querySelectorAll('main script').length") == 0
-    assert check_labels(page) >= 8 + len(steps)
+    assert check_labels(page) >= len(steps) + 2  # the bars, Close step, the links
+
+    # The session: its turns and its totals (summed from its turns where the API has none).
+    page.locator("#turn-facts a").click()
+    expect(page.locator("#session-view")).to_be_visible()
+    expect(page.locator(f'#session-turns a[href="#/turn/{turn_id}"]')).to_be_visible()
+    turn = world.get_turn(turn_id)
+    expect(page.locator("#session-cost")).to_contain_text("Tokens in")
+    tokens_in = sum(int(s.meta.get("input_tokens") or 0) for s in steps)
+    expect(page.locator("#session-cost")).to_contain_text(str(tokens_in))
+    assert turn.session_id in page.locator("#session-title").inner_text()
+    screenshot(page, "session")
 
     # The token was never in a URL (every request the page made, and its own address).
     assert urls and all(secret not in url for url in [*urls, page.url])
@@ -213,7 +224,10 @@ def test_a_running_turn_grows_and_a_waiting_turn_is_approved(
     expect(page.locator("#waiting-text")).to_contain_text("signal 'approval' until")
     expect(page.locator('#timeline button.step[data-state="waiting"]')).to_have_count(1)
     assert world.get_turn(waiting).status is TurnStatus.WAITING
-    assert check_labels(page) >= 10
+    assert check_labels(page) >= 6
+    expect(page.get_by_role("button", name="Approve: send signal approval")).to_be_visible()
+    expect(page.get_by_role("button", name="Reject: send signal approval")).to_be_visible()
+    expect(page.get_by_label("Signal payload (JSON)")).to_be_visible()
     screenshot(page, "waiting-turn")
     page.fill("#signal-payload", '{"note": "ship it"}')
     page.click("#signal-approve")

@@ -183,6 +183,16 @@ async function loadSession(sessionId) {
   say(page.next_cursor ? "Showing the first 200 turns" : `${page.turns.length} turns`);
 }
 
+/** A step's recorded JSON, indented to be read; text that is not JSON (or was cut) as is. */
+function readable(text, truncated) {
+  if (text === null || text === undefined || truncated) return text;
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
+  }
+}
+
 // -- a turn ----------------------------------------------------------------------------
 /** The signal a waiting turn waits for, from `waiting_for` ("signal 'ci' until ..."). */
 export function waitedSignal(waitingFor) {
@@ -304,8 +314,8 @@ function openTurn(turnId) {
       ["Cut at 256 KiB", detail.truncated ? "yes" : "no"],
       ...(detail.note ? [["Note", detail.note]] : []),
     ]);
-    $("step-input").textContent = detail.input ?? "(not stored)";
-    $("step-output").textContent = detail.output ?? "(no outcome recorded)";
+    $("step-input").textContent = readable(detail.input, detail.truncated) ?? "(not stored)";
+    $("step-output").textContent = readable(detail.output, detail.truncated) ?? "(no outcome recorded)";
     panel.scrollIntoView({ block: "nearest" });
   }
 

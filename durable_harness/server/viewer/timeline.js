@@ -165,6 +165,11 @@ export class TurnModel {
   }
 }
 
+function placeMarker(marker, at, t0, t1) {
+  marker.style.left = percent(at, t0, t1);
+  if ((at - t0) / (t1 - t0) > 0.65) marker.classList.add("flip");
+}
+
 function percent(t, t0, t1) {
   return `${Math.max(0, Math.min(100, ((t - t0) / (t1 - t0)) * 100)).toFixed(3)}%`;
 }
@@ -190,7 +195,7 @@ export function renderTimeline(node, listNode, model, onOpen) {
       { class: "marker delivery", title: `delivery ${d.attempt} started at ${fmtTime(d.at)}` },
       el("span", { class: "marker-label" }, `delivery ${d.attempt}`),
     );
-    marker.style.left = percent(d.at, t0, t1);
+    placeMarker(marker, d.at, t0, t1);
     overlay.append(marker);
   });
   model.lost.forEach((d) => {
@@ -201,7 +206,7 @@ export function renderTimeline(node, listNode, model, onOpen) {
       { class: "marker lost", title: `worker of ${which} lost (found at ${fmtTime(d.at)})` },
       el("span", { class: "marker-label" }, `worker lost (${which})`),
     );
-    marker.style.left = percent(d.at, t0, t1);
+    placeMarker(marker, d.at, t0, t1);
     overlay.append(marker);
   });
 
