@@ -247,6 +247,9 @@ class ServeSettings(EnvSettings):
     #: Repositories a session may be seeded from (``repo``; exact URL or path as given):
     #: serve clones them with its own git config and credentials.
     api_allowed_repos: ListSetting = ()
+    #: Items a filtered list request (``GET /v1/turns?status=``, ``?q=``) examines at most:
+    #: past it the page ends early, short or empty, with a cursor to go on from.
+    api_list_scan: int = Field(default=1000, ge=10)
 
 
 class AgentUserSettings(EnvSettings):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal as os_signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -102,8 +103,15 @@ class ApiServer:
         self.stop()
 
 
-def serve(world: World, settings: Settings, host: str, port: int) -> None:
-    """Run until SIGTERM or Ctrl-C (``durable-harness serve``)."""
+def serve(
+    world: World,
+    settings: Settings,
+    host: str,
+    port: int,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Run until SIGTERM or Ctrl-C (``durable-harness serve`` and ``ui``); ``announce``
+    gets the URL once the server listens (default: serve's line)."""
     server = ApiServer(world, settings, host, port)
     stopping = threading.Event()
 
@@ -112,8 +120,12 @@ def serve(world: World, settings: Settings, host: str, port: int) -> None:
 
     os_signal.signal(os_signal.SIGTERM, stop)
     server.start()
-    print(f"serve: listening on {server.url} (OpenAPI at {server.url}/openapi.json)", flush=True)
     try:
+        if announce is None:
+            print(f"serve: listening on {server.url} (OpenAPI at {server.url}/openapi.json)")
+        else:
+            announce(server.url)
+        sys.stdout.flush()
         while not stopping.wait(0.5):  # bounded: the main thread stays responsive to signals
             pass
     except KeyboardInterrupt:

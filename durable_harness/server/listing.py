@@ -5,10 +5,10 @@ A page is newest first by ``(created_at, id)``; its cursor is the key the next p
 starts after. Unfiltered, a page is the next ``limit`` keys. Filtered, the matching items
 may be sparse, so a page reads further keys until it holds ``limit`` matches and one
 more (that one only says whether more follow), the keys run out, or it has examined
-:data:`SCAN_CAP` keys: then it ends early, possibly short or empty, with the last
-examined key as its cursor. One request so never reads more than ``SCAN_CAP`` items
-(plus a batch), however few match, and a client that follows the cursors still sees
-every match exactly once, in order. ``next_cursor`` null means the end.
+``scan`` keys (``DURABLE_HARNESS_API_LIST_SCAN``, 1000): then it ends early, possibly
+short or empty, with the last examined key as its cursor. One request so never reads
+more than ``scan`` items, however few match, and a client that follows the cursors still
+sees every match exactly once, in order. ``next_cursor`` null means the end.
 
 A dead-lettered turn is ``failed`` with an error the World wrote when it gave up on the
 turn: every backend spells it ``dead-lettered ...`` (after N deliveries, or by SQS's
@@ -27,8 +27,6 @@ from typing import Generic, TypeVar
 from durable_harness.core.types import Session, Turn, TurnStatus
 from durable_harness.server.errors import ApiError
 
-#: The most keys one filtered page examines before it ends early with a cursor.
-SCAN_CAP = 1000
 #: Keys read from the World at a time while filling a filtered page.
 BATCH = 100
 DEAD = "dead"
@@ -115,15 +113,17 @@ def page(
     keep: Callable[[T], bool] | None,
     limit: int,
     before: Key | None,
+    scan: int,
 ) -> Page[T]:
     """One page of the items ``keys`` lists (newest first, after ``before``, at most
     ``n`` a call), as ``load`` reads them (None: listed, but its creation never
-    finished: skipped), those ``keep`` keeps (None: all). See the module docstring."""
+    finished: skipped), those ``keep`` keeps (None: all), examining at most ``scan``
+    keys when ``keep`` filters. See the module docstring."""
     found: list[tuple[Key, T]] = []
     cursor = before
     examined = 0
     exhausted = False
-    cap = SCAN_CAP if keep is not None else None
+    cap = scan if keep is not None else None
     while len(found) <= limit:
         want = max(BATCH, limit + 1 - len(found))
         if cap is not None:

@@ -162,7 +162,9 @@ def list_sessions(
     case-insensitive substring of the session id, its agent, or a turn's prompt or id."""
     keys, load = _source(ctx, caller, "session")
     keep = listing.session_filter(q, lambda session_id: ctx.world.list_turns(session_id))
-    found = listing.page(keys, load, keep, limit, _keyset(decode_cursor(cursor)))
+    found = listing.page(
+        keys, load, keep, limit, _keyset(decode_cursor(cursor)), ctx.limits.api_list_scan
+    )
     out = [session_out(s, ctx.world.get_owner("session", s.session_id)) for s in found.items]
     last = encode_cursor(found.next_cursor) if found.next_cursor else None
     return SessionPage(sessions=out, next_cursor=last)
@@ -279,7 +281,9 @@ def list_turns(
     turn); ``status`` and ``q`` (prompt, turn id or session id) filter them."""
     keys, load = _source(ctx, caller, "turn")
     keep = listing.turn_filter(status, q)
-    found = listing.page(keys, load, keep, limit, _keyset(decode_cursor(cursor)))
+    found = listing.page(
+        keys, load, keep, limit, _keyset(decode_cursor(cursor)), ctx.limits.api_list_scan
+    )
     last = encode_cursor(found.next_cursor) if found.next_cursor else None
     return TurnPage(turns=[turn_out(ctx, t) for t in found.items], next_cursor=last)
 
