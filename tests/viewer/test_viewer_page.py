@@ -18,6 +18,8 @@ Screenshots: ``artifacts/viewer/*.png`` (paths printed).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 
@@ -35,6 +37,7 @@ from durable_harness.worlds import open_world
 
 REFUND_PROMPT = "Refund order 42, then note it."
 REFUND_SEQ = 3  # model, check_refund, model, refund
+PAGE = 20  # the page's list size
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -68,6 +71,20 @@ def state_count(page: Page, state: str) -> int:
     return page.locator(f'#timeline button.step[data-state="{state}"]').count()
 
 
+def check_paging(page: Page, newest: list[str]) -> None:
+    """The sessions list pages through the API's cursors: the newest 20 first, the 21st
+    (the refund's session, made first) on the next page, and back."""
+    rows = page.locator("#session-list a.session-link")
+    expect(rows).to_have_count(PAGE)
+    assert set(rows.all_inner_texts()) == set(newest)
+    expect(page.locator("#sessions-prev")).to_be_disabled()
+    page.click("#sessions-next")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#sessions-next")).to_be_disabled()
+    page.click("#sessions-prev")
+    expect(rows).to_have_count(PAGE)
+
+
 def check_filters(page: Page, link: Locator) -> None:
     """Search and the status filter are the API's ``q`` and ``status``: they find the
     (done) turn, and a search or a status it does not match leaves the list empty."""
@@ -92,6 +109,8 @@ def test_a_crashed_and_resumed_turn_in_the_browser(
     secret = create_token(world, "acme")[1]
     serve = start_serve(h)
     turn_id = start_turn(serve.url, secret, REFUND_PROMPT)
+    with Client(serve.url, secret) as api:  # more sessions than one page (20) holds
+        extra = [api.create_session("builtin").session_id for _ in range(PAGE)]
     crashed = h.popen("worker", DURABLE_HARNESS_CRASH_AT=f"{REFUND_SEQ}:after_run")
     processes.append(crashed)
     assert crashed.wait(timeout=120) == CRASH_EXIT_CODE
@@ -124,6 +143,7 @@ def test_a_crashed_and_resumed_turn_in_the_browser(
     assert check_labels(page) >= 8
     screenshot(page, "lists")
 
+    check_paging(page, extra)
     check_filters(page, link)
 
     link.click()
@@ -186,7 +206,7 @@ def test_a_crashed_and_resumed_turn_in_the_browser(
     world.close()
 
 
-def test_a_running_turn_grows_and_a_waiting_turn_is_approved(
+def test_a_running_turn_grows_through_a_serve_restart_and_a_waiting_turn_is_approved(
     harness: Harness, page: Page, processes: list[subprocess.Popen[str]]
 ) -> None:
     h = harness
@@ -198,6 +218,13 @@ def test_a_running_turn_grows_and_a_waiting_turn_is_approved(
     sign_in(page, secret)
     expect(page.locator("#lists")).to_be_visible()
     page.evaluate("() => { window.__sameDocument = true; }")  # gone if the page reloads
+    resumed: list[str] = []
+    page.on(
+        "request",
+        lambda r: (
+            resumed.append(r.headers["last-event-id"]) if "last-event-id" in r.headers else None
+        ),
+    )
 
     # A running turn: its steps appear as the worker records them.
     counting = start_turn(serve.url, secret, "count slowly")
@@ -207,6 +234,11 @@ def test_a_running_turn_grows_and_a_waiting_turn_is_approved(
     first_seen = bars.count()
     assert world.get_turn(counting).status is not TurnStatus.DONE
     screenshot(page, "running-turn")
+    # The serve the page reads from dies and comes back on its address: the page's
+    # stream reconnects with Last-Event-ID and goes on.
+    os.killpg(serve.proc.pid, signal.SIGKILL)
+    serve.proc.wait(timeout=30)
+    serve = start_serve(h, port=serve.port)
     wait_status(world, counting, TurnStatus.DONE)
     final = len(world.load_steps(counting))
     expect(bars).to_have_count(final)
@@ -215,6 +247,8 @@ def test_a_running_turn_grows_and_a_waiting_turn_is_approved(
     expect(page.locator('#timeline button.step[data-state="live"]')).to_have_count(final)
     expect(page.locator("#timeline .marker.delivery")).to_have_count(1)
     assert page.evaluate("() => window.__sameDocument") is True
+    assert resumed and all(int(n) > 0 for n in resumed), resumed
+    expect(page.locator("#turn-facts")).to_contain_text("ended")  # the stream's state
 
     # A waiting turn: what it waits for, and the Approve button sends the signal.
     waiting = start_turn(serve.url, secret, "ask for approval")
@@ -240,3 +274,29 @@ def test_a_running_turn_grows_and_a_waiting_turn_is_approved(
     assert page.evaluate("() => window.__sameDocument") is True
     screenshot(page, "approved-turn")
     world.close()
+
+
+SSE_CASES_JS = """async () => {
+  const { SseParser } = await import("./assets/api.js");
+  const seen = [];
+  const parser = new SseParser((e) => seen.push(e));
+  // Split mid-line and mid-field, CRLF and LF, a comment, two data lines, no space.
+  for (const piece of [": hi\\r\\nid: 7\\r\\nevent: text.de", "lta\\ndata: {\\"a\\"", ":1}\\n\\n",
+                       "id:8\\ndata: x\\ndata: y\\n\\n: heartbeat\\n\\n",
+                       "id: 9\\r", "\\ndata: z\\r", "\\n\\r\\n"]) parser.push(piece);
+  return seen;
+}"""
+
+
+def test_the_page_parses_server_sent_events(
+    harness: Harness, page: Page, processes: list[subprocess.Popen[str]]
+) -> None:
+    """The page's own SSE reader (EventSource cannot send the token): framing split
+    across reads (a CRLF too), CRLF, comments and heartbeats, multi-line data."""
+    serve = start_serve(harness)
+    page.goto(f"{serve.url}/ui/")
+    assert page.evaluate(SSE_CASES_JS) == [
+        {"id": "7", "event": "text.delta", "data": '{"a":1}'},
+        {"id": "8", "event": "message", "data": "x\ny"},
+        {"id": "9", "event": "message", "data": "z"},  # a CRLF split across reads
+    ]

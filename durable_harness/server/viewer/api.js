@@ -95,8 +95,10 @@ export class SseParser {
 
   push(text) {
     this.buffer += text;
-    const lines = this.buffer.split(/\r\n|\r|\n/);
-    this.buffer = lines.pop();
+    // A CR at the end may be the first half of a CRLF split across two reads: keep it.
+    const end = this.buffer.endsWith("\r") ? this.buffer.length - 1 : this.buffer.length;
+    const lines = this.buffer.slice(0, end).split(/\r\n|\r|\n/);
+    this.buffer = lines.pop() + this.buffer.slice(end);
     for (const line of lines) this.line(line);
   }
 

@@ -59,8 +59,10 @@ async function guard(work) {
     } else if (error instanceof ApiError) {
       say(`Error ${error.status}: ${error.message}`);
     } else {
-      say(`Error: ${error?.message || error}`);
-      throw error;
+      // fetch() rejects with a TypeError when the server cannot be reached (a restart):
+      // said on the status line; the stream reconnects by itself, the next refresh retries.
+      say(`Cannot reach the server: ${error?.message || error}`);
+      console.error(error);
     }
   }
 }
@@ -246,7 +248,7 @@ function openTurn(turnId) {
       facts($("turn-cost"), costPairs(turn));
       drawWaiting(turn, status);
     }
-    renderTimeline($("timeline"), $("markers-list"), model, openStep);
+    renderTimeline($("timeline"), $("markers-list"), model, (seq) => guard(() => openStep(seq)));
   }
 
   function drawWaiting(turn, status) {
