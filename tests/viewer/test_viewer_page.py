@@ -10,7 +10,10 @@
    every control has a label and the legend spells out the colours; search and the
    status filter find the turn.
 2. A running turn's new steps appear without a reload (the page reads the event stream),
-   and the Approve button wakes a turn waiting on a signal.
+   through a SIGKILL and restart of the `serve` it reads from (Last-Event-ID), and the
+   Approve button wakes a turn waiting on a signal.
+3. `durable-harness ui` serves the page and its printed token signs in; the page's SSE
+   parser takes the framing a stream may arrive in.
 
 Screenshots: ``artifacts/viewer/*.png`` (paths printed).
 """
@@ -288,13 +291,24 @@ SSE_CASES_JS = """async () => {
 }"""
 
 
-def test_the_page_parses_server_sent_events(
+def test_the_ui_command_serves_the_page_and_its_sse_parser(
     harness: Harness, page: Page, processes: list[subprocess.Popen[str]]
 ) -> None:
-    """The page's own SSE reader (EventSource cannot send the token): framing split
-    across reads (a CRLF too), CRLF, comments and heartbeats, multi-line data."""
-    serve = start_serve(harness)
-    page.goto(f"{serve.url}/ui/")
+    """`durable-harness ui`: the page at the URL it prints, signed in with the token it
+    prints (an empty local World). Then the page's own SSE reader (EventSource cannot
+    send the token): framing split across reads (a CRLF too), CRLF, comments and
+    heartbeats, multi-line data."""
+    ui = harness.popen("ui", "--port", "0")
+    processes.append(ui)
+    assert ui.stdout is not None
+    lines = [ui.stdout.readline() for _ in range(3)]
+    url = lines[0].split("the viewer is at ", 1)[1].strip()
+    token = lines[2].strip()
+    assert url.endswith("/ui/") and token.startswith("dh_") and token not in url
+    page.goto(url)
+    sign_in(page, token)
+    expect(page.locator("#turn-list")).to_contain_text("No turns.")
+    expect(page.locator("#session-list")).to_contain_text("No sessions.")
     assert page.evaluate(SSE_CASES_JS) == [
         {"id": "7", "event": "text.delta", "data": '{"a":1}'},
         {"id": "8", "event": "message", "data": "x\ny"},
