@@ -12,7 +12,7 @@ export const STATES = [
   ["live", "live", "ran in the turn's latest delivery"],
   ["replayed", "replayed", "read back from the journal by a later delivery, not run again"],
   ["possibly-ran", "possibly ran", "a never-replay tool cut off by a worker death: not run again"],
-  ["failed", "failed", "interrupted: its worker died and the turn did not finish it"],
+  ["failed", "failed", "interrupted: its worker died before the outcome was recorded"],
   ["waiting", "waiting", "the turn is parked on this step (a signal or a timer)"],
   ["running", "running", "running now"],
 ];
@@ -141,9 +141,14 @@ export class TurnModel {
     if (step.status === "possibly_ran" || step.how === "not re-run") return "possibly-ran";
     if (step.how === "replayed") return "replayed";
     if (step.status === "intent") {
-      if (status === "waiting" || (this.waiting && WAIT_TOOLS.has(step.name))) return "waiting";
-      if (step.how === "running" || status === "running" || status === "queued") return "running";
-      return "failed";
+      // A wait step stays an intent until the woken turn's next delivery finishes it.
+      const parked = status === "waiting" || status === "queued" || this.waiting;
+      if (WAIT_TOOLS.has(step.name) && parked) return "waiting";
+      if (status === "waiting") return "waiting";
+      // The journal says "interrupted" when no worker holds the turn: its worker died
+      // (a redelivery may still run it again).
+      if (step.how === "interrupted") return "failed";
+      return ["done", "failed", "cancelled"].includes(status) ? "failed" : "running";
     }
     return "live";
   }
