@@ -99,7 +99,7 @@ class StepRow(BaseModel):
     how: str = Field(
         description="live (computed by the turn's latest delivery), replayed (read back by "
         "it), not re-run (a never tool interrupted: possibly ran), interrupted (an intent "
-        "without outcome, no worker on it) or running"
+        "without outcome, no worker on it), waiting (the wait a parked turn is in) or running"
     )
     attempts: int
     delivery: int | None = Field(description="the delivery (1, 2, ...) that recorded it")

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Path
 
 from durable_harness.core.keys import BLOB_PREFIX
-from durable_harness.core.types import Step
+from durable_harness.core.types import Step, StepStatus, Turn, TurnStatus
 from durable_harness.runtime.views import step_row
 from durable_harness.server.context import Auth, Context, Ctx
 from durable_harness.server.errors import ApiError
@@ -29,15 +29,20 @@ MAX_TEXT = 256 * 1024
 Seq = Path(ge=0, le=2**31 - 1)
 
 
-def step_out(step: Step, row: dict[str, Any]) -> StepRow:
-    """``row`` (``runtime.views.step_row``, what ``show`` prints) with the step's times."""
+def step_out(step: Step, row: dict[str, Any], turn: Turn) -> StepRow:
+    """``row`` (``runtime.views.step_row``, what ``show`` prints) with the step's times.
+    A parked turn's open step is its wait: ``how`` says ``waiting``, not ``interrupted``
+    (no worker holds the turn because none needs to)."""
+    how = row["how"]
+    if step.status is StepStatus.INTENT and turn.status is TurnStatus.WAITING:
+        how = "waiting"
     return StepRow(
         seq=step.seq,
         kind=step.kind,
         name=step.name,
         key=step.key,
         status=step.status.value,
-        how=row["how"],
+        how=how,
         attempts=step.attempts,
         delivery=row.get("recorded_by_delivery"),
         epoch=step.epoch,
@@ -57,7 +62,7 @@ def list_steps(turn_id: str, ctx: Ctx, caller: Auth) -> StepList:
     read back, what possibly ran, what was interrupted."""
     turn = ctx.turn(caller, turn_id)
     steps = ctx.world.load_steps(turn.turn_id)
-    return StepList(steps=[step_out(s, step_row(s, turn)) for s in steps])
+    return StepList(steps=[step_out(s, step_row(s, turn), turn) for s in steps])
 
 
 @router.get("/turns/{turn_id}/steps/{seq}", response_model=StepDetail)

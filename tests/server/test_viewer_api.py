@@ -12,12 +12,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 from serve_cases import error_of, token, world_of
-from support import STARTED_SERVES, Harness, Serve, start_serve
+from support import (
+    DEMO,
+    DEMO_PROMPT,
+    DEMO_REPLY,
+    DEMO_TOOLS,
+    STARTED_SERVES,
+    Harness,
+    Serve,
+    ids_of,
+    make_harness,
+    start_serve,
+)
 
 from durable_harness.core.keys import blob_ref
 from durable_harness.core.types import Step, StepStatus
@@ -162,6 +174,42 @@ def _cookie(values: dict[str, str]) -> str:
     return "; ".join(f"{k}={v.replace(' ', '%20')}" for k, v in values.items())
 
 
+def test_a_crashed_and_resumed_turns_steps_say_how_each_came(tmp_path: Path) -> None:
+    """The demo turn, its worker killed by crash injection right after the refund's
+    intent (a ``never`` tool) and resumed by a second process: the steps recorded by the
+    first delivery are ``replayed`` (delivery 1), the refund ``not re-run``
+    (``possibly_ran``, its output the possibly-ran message), the rest ``live`` by
+    delivery 2. A turn made outside serve is an operator's to see (a tenant: 404)."""
+    for h in make_harness(tmp_path, DEMO / "script.toml"):
+        crashed = h.cli(
+            "run", "--tools", DEMO_TOOLS, DEMO_PROMPT, DURABLE_HARNESS_CRASH_AT="3:after_intent"
+        )
+        assert crashed.returncode == 86, crashed.stderr
+        tid = ids_of(crashed)["turn"]
+        resumed = h.cli("resume", tid)
+        assert resumed.returncode == 0 and resumed.stdout.strip() == DEMO_REPLY, resumed.stderr
+        with world_of(h) as world:
+            op, acme = token(world, "ops", operator=True), token(world, "acme")
+        serve = start_serve(h)
+        try:
+            with serve.http(op) as api, serve.http(acme) as tenant:
+                steps = api.get(f"/v1/turns/{tid}/steps").json()["steps"]
+                hows = [(s["seq"], s["how"], s["delivery"]) for s in steps]
+                assert hows[:4] == [
+                    (0, "replayed", 1), (1, "replayed", 1), (2, "replayed", 1),
+                    (3, "not re-run", 2),
+                ]  # fmt: skip
+                assert {(how, delivery) for _seq, how, delivery in hows[4:]} == {("live", 2)}
+                assert steps[3]["status"] == "possibly_ran" and steps[3]["name"] == "refund"
+                detail = api.get(f"/v1/turns/{tid}/steps/3").json()
+                assert "may or may not have taken effect" in detail["output"]
+                done = api.get("/v1/turns", params={"status": "done", "q": "refund"}).json()
+                assert [t["turn_id"] for t in done["turns"]] == [tid]
+                assert error_of(tenant.get(f"/v1/turns/{tid}/steps"))[0] == 404
+        finally:
+            serve.stop()
+
+
 def test_a_step_detail_fetches_blobs_and_cuts_at_256_kib(harness: Harness, serve: Serve) -> None:
     """Steps recorded with their input and output in blobs: a 100 KiB output comes whole;
     a 300 KiB one is cut to the 256 KiB before it (on a character boundary: a two-byte
@@ -209,6 +257,10 @@ def test_a_step_detail_fetches_blobs_and_cuts_at_256_kib(harness: Harness, serve
         )  # fmt: skip
         rows = api.get(f"/v1/turns/{tid}/steps").json()["steps"]
         assert [r["how"] for r in rows] == ["live", "live", "running"]
+        with world_of(harness) as world:
+            world.suspend(lease, time.time() + 3600, "signal approve", "approve")
+        rows = api.get(f"/v1/turns/{tid}/steps").json()["steps"]
+        assert [r["how"] for r in rows] == ["live", "live", "waiting"]
 
 
 STATUSES = ("queued", "running", "waiting", "done", "failed", "cancelled", "dead")
