@@ -141,6 +141,7 @@ export class TurnModel {
     if (step.status === "possibly_ran" || step.how === "not re-run") return "possibly-ran";
     if (step.how === "replayed") return "replayed";
     if (step.status === "intent") {
+      if (step.how === "waiting") return "waiting";
       // A wait step stays an intent until the woken turn's next delivery finishes it.
       const parked = status === "waiting" || status === "queued" || this.waiting;
       if (WAIT_TOOLS.has(step.name) && parked) return "waiting";
