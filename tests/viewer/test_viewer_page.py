@@ -247,6 +247,9 @@ def test_a_running_turn_grows_through_a_serve_restart_and_a_waiting_turn_is_appr
     expect(bars).to_have_count(final)
     assert first_seen < final == 7  # model, bash, model, bash, model, bash, model
     expect(page.locator("#turn-facts")).to_contain_text("Counted slowly to three.")
+    # The last model step's text, as it streamed (text.delta events).
+    expect(page.locator("#live-text-title")).to_have_text("Model text of step #6, attempt 1")
+    expect(page.locator("#live-text-body")).to_have_text("Counted slowly to three.")
     expect(page.locator('#timeline button.step[data-state="live"]')).to_have_count(final)
     expect(page.locator("#timeline .marker.delivery")).to_have_count(1)
     assert page.evaluate("() => window.__sameDocument") is True

@@ -248,6 +248,14 @@ function openTurn(turnId) {
       facts($("turn-cost"), costPairs(turn));
       drawWaiting(turn, status);
     }
+    const text = model.text;
+    $("live-text").hidden = !text;
+    if (text) {
+      $("live-text-title").textContent =
+        `Model text of step #${text.seq}, attempt ${text.attempt}` +
+        (text.abandoned ? ": abandoned (its worker died; not part of the reply)" : "");
+      $("live-text-body").textContent = text.text;
+    }
     renderTimeline($("timeline"), $("markers-list"), model, (seq) => guard(() => openStep(seq)));
   }
 

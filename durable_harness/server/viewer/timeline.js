@@ -48,6 +48,7 @@ export class TurnModel {
     this.waiting = null; // {waiting_for, wake_at, at}
     this.ended = null; // turn.ended's data
     this.lastAt = null;
+    this.text = null; // the latest model attempt's streamed text: {seq, attempt, text, abandoned}
   }
 
   apply(event) {
@@ -90,6 +91,15 @@ export class TurnModel {
         });
         break;
       }
+      case "text.delta":
+        if (this.text?.seq !== data.seq || this.text?.attempt !== data.attempt) {
+          this.text = { seq: data.seq, attempt: data.attempt, text: "", abandoned: false };
+        }
+        this.text.text += data.text ?? "";
+        break;
+      case "step.abandoned":
+        if (this.text?.seq === data.seq && this.text?.attempt === data.attempt) this.text.abandoned = true;
+        break;
       case "step.replayed":
         this.replays.push({ seq: data.seq, epoch: data.epoch, status: data.status, at });
         break;
