@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import ServeSettings, Settings, WebhookSettings
 from durable_harness.core.version import __version__
 from durable_harness.core.world import World
@@ -112,7 +113,13 @@ def serve(
 ) -> None:
     """Run until SIGTERM or Ctrl-C (``durable-harness serve`` and ``ui``); ``announce``
     gets the URL once the server listens (default: serve's line)."""
-    server = ApiServer(world, settings, host, port)
+    try:
+        server = ApiServer(world, settings, host, port)
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}): another serve or ui "
+            "may be running there; pick another --port (0: a free one)"
+        ) from exc
     stopping = threading.Event()
 
     def stop(signum: int, frame: Any) -> None:

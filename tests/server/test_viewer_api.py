@@ -385,8 +385,8 @@ def test_the_ui_files_carry_the_viewers_headers(harness: Harness, serve: Serve) 
 def test_the_ui_command_prints_a_token_once_and_revokes_it(harness: Harness) -> None:
     """`durable-harness ui` as a real process on the harness's World folder (--world
     PATH): it prints the page's URL (no token in it) and then an operator token labelled
-    ui, which reads every tenant's turns; a clean exit (SIGTERM) revokes it; --help says
-    so."""
+    ui, which reads every tenant's turns; a second ui on its port exits 2 saying so (its
+    token revoked); a clean exit (SIGTERM) revokes the first's; --help says so."""
     helped = harness.cli("ui", "--help")
     assert helped.returncode == 0 and "revokes" in helped.stdout and "127.0.0.1" in helped.stdout
     folder = harness.env["DURABLE_HARNESS_DATA_DIR"]
@@ -420,6 +420,13 @@ def test_the_ui_command_prints_a_token_once_and_revokes_it(harness: Harness) -> 
             made = [t for t in world.list_tokens() if t.label == "ui"]
             assert len(made) == 1 and made[0].operator and made[0].revoked_at is None
             assert made[0].token_id in lines[1]
+        # A second ui on the same port: one line saying what to do, its token revoked.
+        busy = harness.cli("ui", "--port", base.rsplit(":", 1)[1], timeout=60)
+        assert busy.returncode == 2 and "cannot listen on" in busy.stderr, busy.stderr
+        assert "Traceback" not in busy.stderr
+        with world_of(harness) as world:
+            second = [t for t in world.list_tokens() if t.label == "ui"][1:]
+            assert len(second) == 1 and second[0].revoked_at is not None
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
