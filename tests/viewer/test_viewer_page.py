@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 
 import httpx2
+import pytest
 from playwright.sync_api import Locator, Page, expect
 from support import Harness, start_serve
 from viewer_cases import check_labels, screenshot, sign_in
@@ -171,7 +173,21 @@ def test_a_crashed_and_resumed_turn_in_the_browser(
     legend = page.locator("#legend")
     for text in ("live", "replayed", "possibly ran", "failed", "waiting"):
         expect(legend).to_contain_text(text)
-    expect(page.locator("#turn-cost")).to_contain_text("Tokens in")
+    # Cost and savings: what the page shows is the price table's figure for the steps,
+    # and the savings are the price of the two model calls read back (steps 0 and 2).
+    auth = {"Authorization": f"Bearer {secret}"}
+    rows = httpx2.get(f"{serve.url}/v1/turns/{turn_id}/steps", headers=auth).json()["steps"]
+    shown = httpx2.get(f"{serve.url}/v1/turns/{turn_id}", headers=auth).json()
+    read_back = [r for r in rows[:REFUND_SEQ] if r["kind"] == "model"]
+    assert len(read_back) == 2 and all(r["cost_usd"] for r in read_back)
+    assert shown["saved_model_calls"] == 2
+    assert shown["saved_usd"] == pytest.approx(sum(r["cost_usd"] for r in read_back))
+    assert shown["cost_usd"] == pytest.approx(sum(r["cost_usd"] or 0 for r in rows))
+    cost = page.locator("#turn-cost")
+    expect(cost).to_contain_text("Tokens in")
+    expect(cost).to_contain_text(usd(shown["cost_usd"]))
+    expect(cost).to_contain_text(usd(shown["saved_usd"]))
+    expect(cost).to_contain_text(re.compile(r"Model calls saved by replay\s*2"))
     screenshot(page, "crashed-turn-timeline")
 
     # A step opens its input and output.
@@ -317,3 +333,8 @@ def test_the_ui_command_serves_the_page_and_its_sse_parser(
         {"id": "8", "event": "message", "data": "x\ny"},
         {"id": "9", "event": "message", "data": "z"},  # a CRLF split across reads
     ]
+
+
+def usd(value: float) -> str:
+    """Money as the page writes it (dom.js fmtUsd): 6 decimals under a cent, else 4."""
+    return f"${value:.6f}" if 0 < value < 0.01 else f"${value:.4f}"
