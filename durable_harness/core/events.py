@@ -15,7 +15,8 @@ kind                   key                                     data
 ``step.abandoned``     ``step:<seq>:<attempt>:abandoned``      seq, attempt
 ``step.finished``      ``step:<seq>:finished``                 seq, attempt, kind, name,
                                                                status, output (short), meta
-``step.replayed``      ``step:<seq>:replayed:<epoch>``         seq, epoch, kind, name, status
+``step.replayed``      ``step:<seq>:replayed:<epoch>``         seq, epoch, kind, name, status,
+                                                               after (lost, released, woken)
 ``signal.received``    ``signal:<name>:<delivery>``            name
 ``turn.waiting``       ``attempt:<epoch>:waiting``             waiting_for, wake_at
 ``turn.released``      ``attempt:<epoch>:released``            error, delay

@@ -4,14 +4,17 @@ One table, :data:`DEFAULT_PRICES`, in USD per million tokens for the four counts
 :mod:`.usage` (input, output, cache read, cache write), for the models this project's
 defaults and docs name (Anthropic's Claude for the built-in agent, Claude Code,
 OpenCode and Pi; OpenAI's GPT families for Codex, OpenCode and Pi). A model is found by
-its exact name, else by the longest name in the table that it starts with (a dated
-snapshot such as ``claude-sonnet-4-5-20250929`` costs what ``claude-sonnet-4-5`` does).
+its exact name, else as a dated snapshot of a name in the table: the name followed by
+``-YYYYMMDD``, ``-YYYY-MM-DD`` or ``-latest`` (``claude-sonnet-4-5-20250929`` costs what
+``claude-sonnet-4-5`` does). Any other longer name is another model, priced differently
+(``o3-pro`` is not ``o3``, ``gpt-5.2`` not ``gpt-5``): it has no price until the table
+names it.
 A model the table does not know has **no** price: its cost is None, never 0, so a
 missing price shows as unknown rather than as free.
 
 The operator's own table is a JSON file named by ``DURABLE_HARNESS_PRICES``, merged over
-the default, one entry per model name (``null``: that name, and the names it is the
-longest prefix of, have no price)::
+the default, one entry per model name (``null``: that name, and its dated snapshots, have
+no price)::
 
     {
       "claude-sonnet-4-5": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75},
@@ -28,6 +31,7 @@ a cost is read (``show``, ``ls``, the API), so a corrected table corrects past t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +101,7 @@ DEFAULT_PRICES: dict[str, Price] = {
     "gpt-4.1-mini": _p(0.4, 1.6, 0.1, 0.0),
     "gpt-4.1-nano": _p(0.1, 0.4, 0.025, 0.0),
     "gpt-4o": _p(2.5, 10.0, 1.25, 0.0),
+    "gpt-4o-2024-05-13": _p(5.0, 15.0, 5.0, 0.0),  # the first snapshot: its own price
     "gpt-4o-mini": _p(0.15, 0.6, 0.075, 0.0),
     "o3": _p(2.0, 8.0, 0.5, 0.0),
     "o3-mini": _p(1.1, 4.4, 0.55, 0.0),
@@ -104,22 +109,24 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 
 
+#: A dated snapshot of a model: its name, then a date or ``latest``.
+SNAPSHOT = re.compile(r"(.+?)-(?:\d{8}|\d{4}-\d{2}-\d{2}|latest)")
+
+
 class PriceTable:
-    """Model name -> :class:`Price`, by exact name, then by longest prefix."""
+    """Model name -> :class:`Price`, by exact name, then as a dated snapshot of one."""
 
     def __init__(self, prices: Mapping[str, Price | None]) -> None:
         self.prices = dict(prices)
-        # Longest first, so the first prefix found is the longest one.
-        self._prefixes = sorted(self.prices, key=len, reverse=True)
 
     def price(self, model: str | None) -> Price | None:
         if not model:
             return None
         if model in self.prices:
             return self.prices[model]
-        for name in self._prefixes:
-            if model.startswith(name):
-                return self.prices[name]
+        snapshot = SNAPSHOT.fullmatch(model)
+        if snapshot is not None:
+            return self.prices.get(snapshot.group(1))
         return None
 
     def cost(self, model: str | None, meta: Mapping[str, Any]) -> float | None:

@@ -128,6 +128,21 @@ def _closed(keys: set[str], epoch: int) -> bool:
     return any(ev.attempt_key(epoch, what) in keys for what in ("waiting", "released", "lost"))
 
 
+def _previous_end(state: _LogState, epoch: int, open_epochs: Sequence[int]) -> str | None:
+    """How the latest delivery before lease ``epoch`` ended: ``lost`` (its worker died:
+    open, or already marked lost), ``released`` (it gave the turn back, an error), ``woken``
+    (it parked the turn on a wait), or None (this is the first)."""
+    earlier = [e for e in state.started_epochs if e < epoch]
+    if not earlier:
+        return None
+    last = max(earlier)
+    if last in open_epochs or ev.attempt_key(last, "lost") in state.keys:
+        return "lost"
+    if ev.attempt_key(last, "released") in state.keys:
+        return "released"
+    return "woken" if ev.attempt_key(last, "waiting") in state.keys else "lost"
+
+
 class _Appender:
     """Appends to one turn's log, fenced by ``epoch`` (None: no lease), skipping keys the
     log is known to hold."""
@@ -316,6 +331,10 @@ class TurnEvents:
         self._failed: BaseException | None = None  # the timer's append error (logged)
         #: ``attempt.started`` of each earlier attempt :meth:`begin_attempt` marked lost.
         self.lost: list[Event] = []
+        #: How the delivery before this one ended (:func:`_previous_end`), set at claim:
+        #: what ``step.replayed`` says, so savings count read-backs after a death or a
+        #: failed delivery, not the ones after a wait (a parked turn always reads back).
+        self.after: str | None = None
 
     # -- at claim ------------------------------------------------------------------
     def begin_attempt(self, owner: str, steps: Sequence[Step] | None = None) -> None:
@@ -337,6 +356,7 @@ class TurnEvents:
                 for e in logged
                 if e.kind == ev.ATTEMPT_STARTED and e.data.get("epoch") in open_epochs
             ]
+            self.after = _previous_end(state, self.epoch, open_epochs)
             journal = self.world.load_steps(self.turn_id) if steps is None else steps
             self._out.reconcile(self.world, state, journal, open_epochs)
             data = {"epoch": self.epoch, "attempt": self.attempt, "worker": owner}
@@ -391,6 +411,7 @@ class TurnEvents:
             "kind": step.kind,
             "name": step.name,
             "status": str(step.status),
+            "after": self.after,
         }
         self._append(ev.step_replayed_key(step.seq, self.epoch), ev.STEP_REPLAYED, data)
 

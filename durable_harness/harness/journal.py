@@ -279,8 +279,12 @@ class Journal:
             if recorded.status is not StepStatus.INTENT:
                 phase = "replayed" if recorded.status is StepStatus.DONE else "possibly_ran"
                 self.replayed += 1
-                if self.events is not None:
-                    # What the viewer draws as replayed, and what savings count.
+                if self.events is not None and recorded.meta.get("turn_attempt") != (
+                    self.lease.attempt
+                ):
+                    # What the viewer draws as replayed, and what savings count: an earlier
+                    # delivery's outcome (a CLI's retry of a call this delivery recorded is
+                    # answered from the journal too, but saves nothing a crash would cost).
                     self.events.step_replayed(recorded)
                 self._emit(recorded, phase)
                 return StepResult(self._output(recorded), recorded.status, True, recorded)

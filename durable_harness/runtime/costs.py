@@ -9,15 +9,22 @@
   is billed twice by the provider and counted once here: the journal keeps one outcome.
 * Savings: every ``step.replayed`` event of a model step (one per step and delivery,
   appended by the journal when a later delivery reads the finished call back instead
-  of paying for it again) saves that step's cost once. ``saved_model_calls`` counts
-  them, ``saved_usd`` sums their costs (None when calls were saved but none has a price).
+  of paying for it again) saves that step's cost once, unless the delivery before it
+  parked the turn on a wait (``after`` ``woken``): a woken turn reads its calls back
+  every time, and without the journal the wait itself would not exist, so that is no
+  crash's saving. ``saved_model_calls`` counts them, ``saved_usd`` sums their costs (None
+  when calls were saved but none has a price).
 
 The counts are computed when asked (``show``, ``ls``, the API), so a corrected price
-table prices past turns too; the cost is that of reading the turn's steps and events.
+table prices past turns too; the cost is that of reading the turn's steps, and the events
+of its log this process has not read yet (:class:`_SavedIndex`).
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -27,7 +34,9 @@ from durable_harness.core.pricing import PriceTable
 from durable_harness.core.types import Event, Step
 from durable_harness.core.usage import TOKEN_KEYS
 from durable_harness.core.world import World
-from durable_harness.harness.events import read_all
+
+#: ``step.replayed``'s ``after`` values that are no saving (see the module's text).
+NOT_SAVED = frozenset({"woken"})
 
 
 @dataclass(frozen=True)
@@ -98,14 +107,9 @@ def turn_costs(
 ) -> Costs:
     """The :class:`Costs` of one turn (``steps`` and ``events``: read now if not given)."""
     steps = world.load_steps(turn_id) if steps is None else steps
-    events = read_all(world, turn_id) if events is None else events
+    saved = _SAVED.of(world, turn_id) if events is None else _saved_in(events)
     costs = {s.seq: step_cost(s, prices) for s in steps}
     counts = {key: sum(tokens(s, key) for s in steps) for key in TOKEN_KEYS}
-    saved = [
-        int(e.data["seq"])
-        for e in events
-        if e.kind == ev.STEP_REPLAYED and e.data.get("kind") == "model" and "seq" in e.data
-    ]
     return Costs(
         **counts,
         cost_usd=_sum(costs.values()),
@@ -120,6 +124,56 @@ def session_costs(world: World, session_id: str, prices: PriceTable) -> Costs:
     for turn in world.list_turns(session_id, limit=2**31):
         total += turn_costs(world, turn.turn_id, prices)
     return total
+
+
+def _saved_in(events: Iterable[Event]) -> list[int]:
+    """The seqs of the model steps read back (once per read-back) that count as saved."""
+    return [
+        int(e.data["seq"])
+        for e in events
+        if e.kind == ev.STEP_REPLAYED
+        and e.data.get("kind") == "model"
+        and "seq" in e.data
+        and e.data.get("after") not in NOT_SAVED
+    ]
+
+
+class _SavedIndex:
+    """Per World and turn, the saved seqs found so far and the last event seq read.
+
+    A turn's log only grows, by gap-free seqs, and an event never changes: what was read
+    stays true, so the next ask reads only the events after it. Without this a viewer
+    polling a running turn, or a list asked again, reads every turn's whole log (its text
+    deltas too) each time. Bounded per World; a World that is gone takes its entries."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._by_world: weakref.WeakKeyDictionary[World, OrderedDict[str, tuple[int, list[int]]]]
+        self._by_world = weakref.WeakKeyDictionary()
+
+    def of(self, world: World, turn_id: str) -> list[int]:
+        with self._lock:
+            known = self._by_world.setdefault(world, OrderedDict())
+            after, saved = known.get(turn_id, (0, []))
+        saved = list(saved)
+        while True:
+            page = world.read_events(turn_id, after=after, limit=_PAGE)
+            saved.extend(_saved_in(page))
+            if page:
+                after = page[-1].seq
+            if len(page) < _PAGE:
+                break
+        with self._lock:
+            known[turn_id] = (after, saved)
+            known.move_to_end(turn_id)
+            while len(known) > self.size:
+                known.popitem(last=False)
+        return saved
+
+
+_PAGE = 1000
+_SAVED = _SavedIndex()
 
 
 def _sum(values: Iterable[float | None]) -> float | None:

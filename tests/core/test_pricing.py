@@ -1,4 +1,4 @@
-"""The price table (core/pricing.py): exact name, then longest prefix; the operator's file
+"""The price table (core/pricing.py): exact name, then a dated snapshot of one; the operator's file
 merged over the default; a bad file a ConfigError when the settings load; a model
 without a price costs None, never 0."""
 
@@ -23,13 +23,19 @@ def test_exact_name_then_longest_prefix() -> None:
     sonnet = DEFAULT_PRICES["claude-sonnet-4-5"]
     assert table.price("claude-sonnet-4-5") == sonnet
     assert table.price("claude-sonnet-4-5-20250929") == sonnet  # a dated snapshot
-    # "gpt-5-mini-2025-08-07" starts with "gpt-5" and with "gpt-5-mini": the longer wins.
+    # A dated snapshot costs what its model does ("gpt-5-mini", not "gpt-5").
     assert table.price("gpt-5-mini-2025-08-07") == DEFAULT_PRICES["gpt-5-mini"]
     assert table.price("gpt-5-2025-08-07") == DEFAULT_PRICES["gpt-5"]
     own = PriceTable({"a": Price(1, 1, 1, 1), "ab": Price(2, 2, 2, 2), "abc": Price(3, 3, 3, 3)})
-    assert own.price("abd") == Price(2, 2, 2, 2)
+    assert own.price("ab-2026-01-01") == Price(2, 2, 2, 2)
+    assert own.price("ab-latest") == Price(2, 2, 2, 2)
     assert own.price("abc") == Price(3, 3, 3, 3)
+    assert own.price("abd") is None  # another model, not a snapshot of "ab"
     assert own.price("ba") is None
+    # Longer names of other models are not priced as the shorter one.
+    for other in ("o3-pro", "o3-deep-research", "gpt-5.2", "claude-opus-4-6"):
+        assert table.price(other) is None, other
+    assert table.price("gpt-4o-2024-05-13") != DEFAULT_PRICES["gpt-4o"]
 
 
 def test_a_cost_from_the_four_counts() -> None:
@@ -70,8 +76,8 @@ def test_the_operators_file_is_merged_over_the_default(tmp_path: Path) -> None:
     table = price_table(path)
     assert table.price("claude-sonnet-4-5-20250929") == Price(1, 2, 0.5, 1)
     # cache prices not given are the input price
-    assert table.price("my-gateway-v2") == Price(0.5, 1.5, 0.5, 0.5)
-    # null: no price for that name, nor for names it is the longest prefix of
+    assert table.price("my-gateway-20260101") == Price(0.5, 1.5, 0.5, 0.5)
+    # null: no price for that name, nor for its dated snapshots
     assert table.cost("gpt-4o", MILLION) is None
     assert table.cost("gpt-4o-2024-08-06", MILLION) is None
     assert table.price("gpt-4o-mini") == DEFAULT_PRICES["gpt-4o-mini"]

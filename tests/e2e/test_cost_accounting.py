@@ -166,7 +166,14 @@ def test_the_savings_of_one_crash_are_the_price_of_the_calls_read_back(
         assert [(e.key, e.data) for e in replayed] == [
             (
                 f"step:{seq}:replayed:{epoch}",
-                {"seq": seq, "epoch": epoch, "kind": kind, "name": name, "status": "done"},
+                {
+                    "seq": seq,
+                    "epoch": epoch,
+                    "kind": kind,
+                    "name": name,
+                    "status": "done",
+                    "after": "lost",
+                },
             )
             for seq, kind, name in [
                 (0, "model", MODEL),

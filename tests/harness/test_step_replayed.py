@@ -12,9 +12,11 @@ import pytest
 from durable_harness.core import events as ev
 from durable_harness.core.errors import LeaseLost
 from durable_harness.core.keys import input_digest
+from durable_harness.core.pricing import price_table
 from durable_harness.core.types import Lease, Step, StepStatus
 from durable_harness.harness.events import TurnEvents, read_all
 from durable_harness.harness.journal import Journal, Outcome
+from durable_harness.runtime.costs import turn_costs
 from durable_harness.worlds.local import LocalWorld
 
 
@@ -67,14 +69,49 @@ def test_each_read_back_is_one_event_of_its_delivery(world: LocalWorld) -> None:
     assert _replayed(world) == [
         (
             f"step:0:replayed:{second.epoch}",
-            {"seq": 0, "epoch": second.epoch, "kind": "model", "name": "m", "status": "done"},
+            {
+                "seq": 0,
+                "epoch": second.epoch,
+                "kind": "model",
+                "name": "m",
+                "status": "done",
+                "after": "lost",  # the first delivery never said how it ended
+            },
         ),
         (
             f"step:1:replayed:{second.epoch}",
-            {"seq": 1, "epoch": second.epoch, "kind": "tool", "name": "refund", "status": "done"},
+            {
+                "seq": 1,
+                "epoch": second.epoch,
+                "kind": "tool",
+                "name": "refund",
+                "status": "done",
+                "after": "lost",
+            },
         ),
     ]
     assert first.epoch != second.epoch
+
+
+def test_a_read_back_after_a_wait_is_no_saving(world: LocalWorld) -> None:
+    """A parked turn reads its calls back at every wake: that is what waiting with no
+    process costs, not what a crash would have; savings count only the others."""
+    ran: list[str] = []
+    _first, journal = _delivery(world)
+    _turn(journal, ran)
+    assert journal.events is not None
+    journal.events.waiting("ci", 0.0)  # the delivery parks the turn
+    _second, journal = _delivery(world)
+    _turn(journal, ran)
+    assert ran == ["model", "refund"]
+    assert {e["after"] for _k, e in _replayed(world)} == {"woken"}
+    costs = turn_costs(world, "t", price_table())
+    assert costs.saved_model_calls == 0
+    third, journal = _delivery(world)  # the second delivery died: this one saves
+    _turn(journal, ran)
+    after = {e["epoch"]: e["after"] for _k, e in _replayed(world)}
+    assert after[third.epoch] == "lost"
+    assert turn_costs(world, "t", price_table()).saved_model_calls == 1
 
 
 def test_a_possibly_ran_step_read_back_says_so(world: LocalWorld) -> None:

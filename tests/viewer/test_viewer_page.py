@@ -201,7 +201,9 @@ def test_a_crashed_and_resumed_turn_in_the_browser(
     expect(page.locator("#step-output")).to_contain_text("<script>window.__xss = 3</script>")
     screenshot(page, "step-open")
 
-    # The model's markup is shown as text and runs nothing.
+    # The model's markup is shown as text and runs nothing. The CSP alone would keep
+    # window.__xss unset; no image and no script element in the page is what shows the
+    # page itself inserted the markup as text (escaping, not only the CSP).
     expect(page.locator("#turn-facts")).to_contain_text('<img src=x onerror="window.__xss = 1">')
     assert page.evaluate("() => window.__xss") is None
     assert page.evaluate("() => document.images.length") == 0

@@ -151,6 +151,17 @@ def _extra_missing(exc: ImportError) -> None:
         sys.stderr.flush()
 
 
+def _refused(what: str, exc: Exception) -> None:
+    # The SDK reads the OTEL_* variables itself and raises ValueError on some (a queue of
+    # 0, an interval of 0): telemetry is the operator's view of the turns, never a reason
+    # for a worker, serve or ui not to start, so it is off with one line saying why.
+    sys.stderr.write(
+        f"durable-harness: OpenTelemetry {what} are off: the SDK refused its settings "
+        f"({type(exc).__name__}: {exc}); check the OTEL_* variables\n"
+    )
+    sys.stderr.flush()
+
+
 def telemetry() -> Telemetry:
     """This process's telemetry, made on first use from the environment: traces over
     OTLP/HTTP when their endpoint is set and the ``otel`` extra installed, else the no-op
@@ -165,7 +176,10 @@ def telemetry() -> Telemetry:
                 except ImportError as exc:
                     _extra_missing(exc)
                 else:
-                    _telemetry = OtelTelemetry()
+                    try:
+                        _telemetry = OtelTelemetry()
+                    except Exception as exc:
+                        _refused("traces", exc)
         return _telemetry
 
 
@@ -184,7 +198,12 @@ def export_metrics(world: World) -> Iterator[None]:
         _extra_missing(exc)
         yield
         return
-    gauges = TurnGauges(world)
+    try:
+        gauges = TurnGauges(world)
+    except Exception as exc:
+        _refused("metrics", exc)
+        yield
+        return
     try:
         yield
     finally:

@@ -92,7 +92,9 @@ function sessionTotals(session, turns) {
     "cost_usd",
     "saved_usd",
   ]) {
-    if (typeof total[field] === "number") continue;
+    // Only a field the API did not send is summed here: null is its answer ("unknown",
+    // e.g. calls saved that have no price), not a gap to fill with the turns' zeros.
+    if (field in total) continue;
     const values = turns.map((t) => t[field]).filter((v) => typeof v === "number");
     total[field] = values.length ? values.reduce((a, b) => a + b, 0) : null;
   }

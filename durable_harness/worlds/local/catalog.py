@@ -92,9 +92,10 @@ class LocalCatalog(Catalog):
     def count_turns(self) -> TurnCounts:
         with self._db.transaction(write=False) as conn:
             rows = conn.execute(
-                "SELECT status, COUNT(*) AS n, SUM(error LIKE ? || '%') AS dead"
+                # substr, not LIKE: SQLite's LIKE ignores case, the prefix test does not.
+                "SELECT status, COUNT(*) AS n, SUM(substr(error, 1, ?) = ?) AS dead"
                 " FROM turns GROUP BY status",
-                (DEAD_LETTER_PREFIX,),
+                (len(DEAD_LETTER_PREFIX), DEAD_LETTER_PREFIX),
             ).fetchall()
         counts = {str(row["status"]): int(row["n"]) for row in rows}
         dead = sum(int(row["dead"] or 0) for row in rows if row["status"] == TurnStatus.FAILED)
