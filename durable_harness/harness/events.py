@@ -56,11 +56,11 @@ MAX_DELTA_CHARS = 16 * 1024
 _PAGE = 1000
 
 
-def read_all(world: World, turn_id: str) -> list[Event]:
-    """Every event of the turn, in seq order."""
+def read_all(world: World, turn_id: str, after: int = 0) -> list[Event]:
+    """Every event of the turn with ``seq > after``, in seq order."""
     found: list[Event] = []
     while True:
-        page = world.read_events(turn_id, after=found[-1].seq if found else 0, limit=_PAGE)
+        page = world.read_events(turn_id, after=found[-1].seq if found else after, limit=_PAGE)
         found.extend(page)
         if len(page) < _PAGE:
             return found

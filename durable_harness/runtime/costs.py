@@ -34,6 +34,7 @@ from durable_harness.core.pricing import PriceTable
 from durable_harness.core.types import Event, Step
 from durable_harness.core.usage import TOKEN_KEYS
 from durable_harness.core.world import World
+from durable_harness.harness.events import read_all
 
 #: ``step.replayed``'s ``after`` values that are no saving (see the module's text).
 NOT_SAVED = frozenset({"woken"})
@@ -156,14 +157,9 @@ class _SavedIndex:
         with self._lock:
             known = self._by_world.setdefault(world, OrderedDict())
             after, saved = known.get(turn_id, (0, []))
-        saved = list(saved)
-        while True:
-            page = world.read_events(turn_id, after=after, limit=_PAGE)
-            saved.extend(_saved_in(page))
-            if page:
-                after = page[-1].seq
-            if len(page) < _PAGE:
-                break
+        new = read_all(world, turn_id, after)
+        saved = saved + _saved_in(new)
+        after = new[-1].seq if new else after
         with self._lock:
             known[turn_id] = (after, saved)
             known.move_to_end(turn_id)
@@ -172,7 +168,6 @@ class _SavedIndex:
         return saved
 
 
-_PAGE = 1000
 _SAVED = _SavedIndex()
 
 
