@@ -38,6 +38,7 @@ from durable_harness.core.errors import (
     WorldError,
 )
 from durable_harness.core.settings import Settings
+from durable_harness.core.turn_config import TurnConfig
 from durable_harness.core.types import CANCEL_SIGNAL, UNFINISHED, Lease
 from durable_harness.core.world import World
 from durable_harness.harness.cancel import Cancellation
@@ -138,7 +139,7 @@ class Worker:
                 # worker's policy first; the adapter sees only the admitted configuration.
                 admitted = admit(turn.config, self.settings)
                 turn = replace(turn, config=admitted.config)
-                adapter = get_adapter(str(turn.config.get("agent", "builtin")))
+                adapter = get_adapter(TurnConfig.of(admitted.config).agent)
                 journal = Journal(
                     self.world,
                     lease,

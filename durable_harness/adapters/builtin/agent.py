@@ -366,9 +366,8 @@ class _Loop:
             if tool is None:
                 value: dict[str, Any] = {"content": f"unknown tool {name!r}", "is_error": True}
             else:
-                ctx = ToolContext(
-                    turn.turn_id, turn.session_id, seq, str(turn.config.get("signal_secret", ""))
-                )
+                secret = TurnConfig.of(turn.config).signal_secret or ""
+                ctx = ToolContext(turn.turn_id, turn.session_id, seq, secret)
                 try:
                     out = tool.invoke(raw, ctx)
                     value = {"content": out if isinstance(out, str) else _jsonish(out)}

@@ -26,21 +26,10 @@ class ClaudeCodeCanonicalizer(AnthropicMessagesCanonicalizer):
 
     name = "claude-code"
 
-    _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    text_rules: tuple[tuple[re.Pattern[str], str], ...] = (
         (re.compile(r"<total_tokens>[^<]*</total_tokens>"), "<total_tokens>*</total_tokens>"),
         (re.compile(r"(Today's date is (?:now )?)\d{4}-\d{2}-\d{2}"), r"\1*"),
         (re.compile(r"(\n - OS Version: )[^\n]*"), r"\1*"),
         (re.compile(r"(\n - Is a git repository: )(?:true|false)"), r"\1*"),
         (re.compile(r"(# gitStatus\n).*?(?=\n# |\n\nClaude Code attached|\Z)", re.S), r"\1*"),
     )
-
-    def __init__(self, home: str | None = None) -> None:
-        # A bare "/" would rewrite every path; only a real folder is worth replacing.
-        self.home = home.rstrip("/") if home and len(home.rstrip("/")) > 1 else None
-
-    def normalize_text(self, text: str) -> str:
-        for pattern, replacement in self._RULES:
-            text = pattern.sub(replacement, text)
-        if self.home is not None:
-            text = text.replace(self.home, "$HOME")
-        return text

@@ -28,24 +28,13 @@ __all__ = ["CodexCanonicalizer"]
 class CodexCanonicalizer(ResponsesCanonicalizer):
     name = "codex"
 
-    _TEXT_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    text_rules: tuple[tuple[re.Pattern[str], str], ...] = (
         (re.compile(r"<current_date>[^<]*</current_date>"), "<current_date>*</current_date>"),
     )
     _OUTPUT_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
         (re.compile(r"^Chunk ID: \S*$", re.M), "Chunk ID: *"),
         (re.compile(r"^Wall time: [0-9.]+ seconds$", re.M), "Wall time: *"),
     )
-
-    def __init__(self, home: str | None = None) -> None:
-        # A bare "/" would rewrite every path; only a real folder is worth replacing.
-        self.home = home.rstrip("/") if home and len(home.rstrip("/")) > 1 else None
-
-    def normalize_text(self, text: str) -> str:
-        for pattern, replacement in self._TEXT_RULES:
-            text = pattern.sub(replacement, text)
-        if self.home is not None:
-            text = text.replace(self.home, "$HOME")
-        return text
 
     def normalize_output(self, text: str) -> str:
         for pattern, replacement in self._OUTPUT_RULES:

@@ -38,18 +38,7 @@ class OpenCodeCanonicalizer(AnthropicMessagesCanonicalizer):
 
     name = "opencode"
 
-    _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    text_rules: tuple[tuple[re.Pattern[str], str], ...] = (
         (re.compile(r"(\n\s*Today's date: )[^\n]*"), r"\1*"),
         (re.compile(r"(\n\s*Is directory a git repo: )(?:yes|no)"), r"\1*"),
     )
-
-    def __init__(self, home: str | None = None) -> None:
-        # A bare "/" would rewrite every path; only a real folder is worth replacing.
-        self.home = home.rstrip("/") if home and len(home.rstrip("/")) > 1 else None
-
-    def normalize_text(self, text: str) -> str:
-        for pattern, replacement in self._RULES:
-            text = pattern.sub(replacement, text)
-        if self.home is not None:
-            text = text.replace(self.home, "$HOME")
-        return text

@@ -32,6 +32,7 @@ class PiCanonicalizer(AnthropicMessagesCanonicalizer):
     _DATE = re.compile(r"(\nCurrent date: )\d{4}-\d{2}-\d{2}")
 
     def __init__(self, package_dir: str | None = None) -> None:
+        super().__init__()
         # A bare "/" would rewrite every path; only a real folder is worth replacing.
         folder = package_dir.rstrip("/") if package_dir else ""
         self.package_dir = folder if len(folder) > 1 else None

@@ -23,6 +23,7 @@ recorded answers, so a change here is a change of the journal format.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,9 +40,28 @@ ToolOutcomes = Callable[[str], str | None]
 
 
 class Canonicalizer(abc.ABC):
-    """Maps a request (path, headers, JSON body) to its canonical form and key."""
+    """Maps a request (path, headers, JSON body) to its canonical form and key.
+
+    A CLI's volatile text (dates, token counters, its private HOME's path) is rewritten by
+    :meth:`normalize_text`: the subclass's :attr:`text_rules` in order, then ``home`` as
+    ``$HOME``. Changing a rule's output changes every key it touches.
+    """
 
     name: str
+    #: ``(pattern, replacement)`` pairs applied in order by :meth:`normalize_text`.
+    text_rules: tuple[tuple[re.Pattern[str], str], ...] = ()
+
+    def __init__(self, home: str | None = None) -> None:
+        # A bare "/" would rewrite every path; only a real folder is worth replacing.
+        self.home = home.rstrip("/") if home and len(home.rstrip("/")) > 1 else None
+
+    def normalize_text(self, text: str) -> str:
+        """Rewrite the volatile parts of a text (see the class docstring)."""
+        for pattern, replacement in self.text_rules:
+            text = pattern.sub(replacement, text)
+        if self.home is not None:
+            text = text.replace(self.home, "$HOME")
+        return text
 
     @abc.abstractmethod
     def canonical(
@@ -109,10 +129,6 @@ class AnthropicMessagesCanonicalizer(Canonicalizer):
             },
             "body": form,
         }
-
-    def normalize_text(self, text: str) -> str:
-        """Rewrite the volatile parts of a text (none for the plain Messages API)."""
-        return text
 
     def _message(self, message: Any, tool_outcomes: ToolOutcomes) -> Any:
         if not isinstance(message, dict):

@@ -35,6 +35,7 @@ class ChatCanonicalizer(Canonicalizer):
     )
 
     def __init__(self, name: str, normalize: Callable[[str], str] | None = None) -> None:
+        super().__init__()
         #: The CLI's name with the API's (``pi/openai-completions``): what keyed the call.
         self.name = name
         self._normalize = normalize or (lambda text: text)

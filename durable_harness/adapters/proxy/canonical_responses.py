@@ -53,10 +53,6 @@ class ResponsesCanonicalizer(Canonicalizer):
             "body": form,
         }
 
-    def normalize_text(self, text: str) -> str:
-        """Rewrite the volatile parts of a text (none for the plain Responses API)."""
-        return text
-
     def normalize_output(self, text: str) -> str:
         """Rewrite the volatile parts of a tool's output (by default as any text)."""
         return self.normalize_text(text)
