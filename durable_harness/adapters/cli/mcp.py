@@ -24,13 +24,13 @@ from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import TurnSuspended
 from durable_harness.core.keys import tool_key
 from durable_harness.core.types import StepStatus
-from durable_harness.harness.journal import Journal, Outcome, StepResult, decode_output
+from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
 
 if TYPE_CHECKING:
     from durable_harness.adapters.cli.ledger import ToolLedger
 
-__all__ = ["HOST_PREFIXES", "SERVER_NAME", "HostToolServer", "host_names"]
+__all__ = ["HOST_PREFIXES", "SERVER_NAME", "HostToolServer", "begin_host_tool", "host_names"]
 
 SERVER_NAME = "durable-harness"
 #: How the CLIs name a host tool to the model or to their hooks: Claude Code's (and Pi's
@@ -43,6 +43,21 @@ HOST_PREFIXES = (
 )
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 TOOL_USE_META = "claudecode/toolUseId"
+
+
+def begin_host_tool(
+    journal: Journal, tool: Tool, name: str, tool_use_id: str, tool_input: Any
+) -> OpenStep | StepResult:
+    """Begin the step of a host tool the CLI called (keyed by its tool_use_id, so a
+    relaunch's call finds it): an open step to run, or the recorded result."""
+    return journal.begin_keyed(
+        kind="tool",
+        name=name,
+        key=tool_key(tool_use_id),
+        input=tool_input,
+        replay=tool.replay,
+        store_input=True,
+    )
 
 
 class HostToolServer:
@@ -116,14 +131,7 @@ class HostToolServer:
             for other in sorted(self.ledger.same_call(tool_use_id) - {tool_use_id}):
                 if self.journal.lookup(tool_key(other)) is not None:
                     return self._again(other)  # journaled (maybe by another worker) as that
-        begun = self.journal.begin_keyed(
-            kind="tool",
-            name=name,
-            key=tool_key(tool_use_id),
-            input=arguments,
-            replay=tool.replay,
-            store_input=True,
-        )
+        begun = begin_host_tool(self.journal, tool, name, tool_use_id, arguments)
         if isinstance(begun, StepResult):
             if begun.status is StepStatus.POSSIBLY_RAN:
                 return _result(str(begun.value), True)

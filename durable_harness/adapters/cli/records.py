@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from durable_harness.adapters.proxy.server import message_of
 from durable_harness.core.keys import (
@@ -39,6 +39,8 @@ from durable_harness.core.types import Step, StepStatus, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import POSSIBLY_RAN_MESSAGE, decode_output
 
+T = TypeVar("T")
+
 __all__ = [
     "Saved",
     "TranscriptFacts",
@@ -46,6 +48,7 @@ __all__ = [
     "compose_resume_message",
     "jsonl_messages",
     "latest_turn_transcript",
+    "previous_turn_record",
     "previous_turn_transcript",
     "resume_message",
     "resume_message_from_facts",
@@ -130,15 +133,34 @@ def previous_turn_transcript(
     ``latest_save``), the newest save of its record (before a tool intent, or when its CLI
     was stopped), so the next turn continues from what the cancelled one finished. A turn
     cancelled before it ran has neither and is passed over."""
+
+    def transcript(value: Any) -> str | None:
+        if isinstance(value, dict) and value.get("transcript"):
+            return str(value["transcript"])
+        return None
+
+    return previous_turn_record(world, session_id, index, transcript, latest_save)
+
+
+def previous_turn_record(
+    world: World,
+    session_id: str,
+    index: int,
+    from_outcome: Callable[[Any], T | None],
+    latest_save: Callable[[World, str, str, int], T | None] | None = None,
+) -> T | None:
+    """The CLI's record as the session's newest finished turn before ``index`` left it:
+    ``from_outcome`` of its last finished launch's outcome; failing that, for a turn that
+    was cancelled mid-launch, ``latest_save`` of it (its newest save by any epoch)."""
     for turn in reversed(world.list_turns(session_id)):
         if turn.index >= index or turn.status not in (TurnStatus.DONE, TurnStatus.CANCELLED):
             continue
         launches = [s for s in world.load_steps(turn.turn_id) if is_launch_key(s.key)]
         done = [s for s in launches if s.status is StepStatus.DONE]
         if done:
-            value = decode_output(world, done[-1])
-            if isinstance(value, dict) and value.get("transcript"):
-                return str(value["transcript"])
+            record = from_outcome(decode_output(world, done[-1]))
+            if record is not None:
+                return record
         if turn.status is TurnStatus.CANCELLED and latest_save is not None:
             saved = latest_save(world, session_id, turn.turn_id, turn.epoch + 1)
             if saved is not None:

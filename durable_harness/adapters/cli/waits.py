@@ -41,8 +41,9 @@ from typing import Any
 
 from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.cli.hooks import allow, deny
+from durable_harness.adapters.cli.mcp import begin_host_tool
 from durable_harness.core.errors import TurnSuspended
-from durable_harness.core.keys import BLOB_PREFIX, tool_key
+from durable_harness.core.keys import BLOB_PREFIX
 from durable_harness.core.types import StepStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult
@@ -98,14 +99,7 @@ class WaitGate:
     def pre_tool_use(self, name: str, tool_input: Any, tool_use_id: str) -> dict[str, Any]:
         """``allow`` when the wait is over (its outcome recorded), else ``defer``."""
         tool = self._by_name[name]
-        begun = self.journal.begin_keyed(
-            kind="tool",
-            name=name,
-            key=tool_key(tool_use_id),
-            input=tool_input,
-            replay=tool.replay,
-            store_input=True,
-        )
+        begun = begin_host_tool(self.journal, tool, name, tool_use_id, tool_input)
         if isinstance(begun, StepResult):
             return allow("the wait is over: its result is in the journal")
         ctx = ToolContext(self.journal.turn_id, self.session_id, begun.step.seq, self.signal_secret)

@@ -19,11 +19,15 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from durable_harness.adapters.cli.records import TranscriptFacts
+from durable_harness.adapters.cli.records import (
+    TranscriptFacts,
+    latest_turn_transcript,
+    previous_turn_record,
+)
 from durable_harness.adapters.proxy.server import message_of
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
-from durable_harness.core.keys import is_launch_key, session_record_name
-from durable_harness.core.types import Step, StepStatus, TurnStatus
+from durable_harness.core.keys import session_record_name
+from durable_harness.core.types import Step, StepStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import decode_output
 
@@ -63,31 +67,18 @@ def point(world: World, session_id: str, turn_id: str, epoch: int, rollout: Roll
 
 def latest_turn_rollout(world: World, session_id: str, turn_id: str, epoch: int) -> Rollout | None:
     """The newest rollout save of the turn by an earlier lease epoch, or None."""
-    for older in range(epoch - 1, -1, -1):
-        digest = world.get_session_record(session_id, session_record_name("codex", turn_id, older))
-        if digest is not None:
-            return Rollout.of(json.loads(world.get_blob(digest)))
-    return None
+    digest = latest_turn_transcript(world, session_id, turn_id, epoch, "codex")
+    return None if digest is None else Rollout.of(json.loads(world.get_blob(digest)))
 
 
 def previous_turn_rollout(world: World, session_id: str, index: int) -> Rollout | None:
     """The final rollout of the session's newest finished turn before ``index``; of a turn
     cancelled mid-launch, its newest save (before a tool intent): what it finished."""
-    for turn in reversed(world.list_turns(session_id)):
-        if turn.index >= index or turn.status not in (TurnStatus.DONE, TurnStatus.CANCELLED):
-            continue
-        launches = [s for s in world.load_steps(turn.turn_id) if is_launch_key(s.key)]
-        done = [s for s in launches if s.status is StepStatus.DONE]
-        if done:
-            value = decode_output(world, done[-1])
-            rollout = Rollout.of(value.get("rollout") if isinstance(value, dict) else None)
-            if rollout is not None:
-                return rollout
-        if turn.status is TurnStatus.CANCELLED:
-            saved = latest_turn_rollout(world, session_id, turn.turn_id, turn.epoch + 1)
-            if saved is not None:
-                return saved
-    return None
+
+    def rollout(value: Any) -> Rollout | None:
+        return Rollout.of(value.get("rollout") if isinstance(value, dict) else None)
+
+    return previous_turn_record(world, session_id, index, rollout, latest_turn_rollout)
 
 
 def rollout_facts(world: World, steps: list[Step], data: bytes) -> TranscriptFacts:

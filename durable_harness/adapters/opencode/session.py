@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_harness.adapters.cli.records import TranscriptFacts
+from durable_harness.adapters.cli.records import TranscriptFacts, latest_turn_transcript
 from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.keys import session_record_name
 from durable_harness.core.types import Step, StepStatus
@@ -59,19 +59,25 @@ def snapshot(path: Path) -> bytes:
     """A consistent copy of the SQLite database at ``path`` (empty if there is none)."""
     if not path.exists():
         return b""
+    return _serialized(f"file:{path}?mode=ro", f" {path}")
+
+
+def _serialized(database: str, where: str) -> bytes:
+    """The SQLite database ``database`` (a path or a ``file:`` URI) copied whole, with
+    what its WAL holds, as the bytes of one database file."""
     try:
-        source = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        source = sqlite3.connect(database, uri=database.startswith("file:"), timeout=10)
         try:
-            copy = sqlite3.connect(":memory:")
+            target = sqlite3.connect(":memory:")
             try:
-                source.backup(copy)
-                return copy.serialize()
+                source.backup(target)
+                return target.serialize()
             finally:
-                copy.close()
+                target.close()
         finally:
             source.close()
     except sqlite3.Error as exc:
-        raise DurableHarnessError(f"cannot read OpenCode's session database {path}: {exc}") from exc
+        raise DurableHarnessError(f"cannot read OpenCode's session database{where}: {exc}") from exc
 
 
 def read_snapshot(read: Callable[[str], bytes | None], path: str) -> bytes:
@@ -94,19 +100,7 @@ def read_snapshot(read: Callable[[str], bytes | None], path: str) -> bytes:
         copy.write_bytes(main)
         if wal:
             Path(f"{copy}-wal").write_bytes(wal)
-        try:
-            source = sqlite3.connect(copy, timeout=10)  # read-write: it may read the WAL
-            try:
-                target = sqlite3.connect(":memory:")
-                try:
-                    source.backup(target)
-                    return target.serialize()
-                finally:
-                    target.close()
-            finally:
-                source.close()
-        except sqlite3.Error as exc:
-            raise DurableHarnessError(f"cannot read OpenCode's session database: {exc}") from exc
+        return _serialized(str(copy), "")  # opened read-write: it may read the WAL
 
 
 class DatabaseStore:
@@ -166,13 +160,7 @@ class DatabaseStore:
 
 def latest_turn_save(world: World, session_id: str, turn_id: str, epoch: int) -> str | None:
     """The newest database save of the turn by an earlier lease epoch, or None."""
-    for older in range(epoch - 1, -1, -1):
-        digest = world.get_session_record(
-            session_id, session_record_name(RECORD_PREFIX, turn_id, older)
-        )
-        if digest is not None:
-            return digest
-    return None
+    return latest_turn_transcript(world, session_id, turn_id, epoch, RECORD_PREFIX)
 
 
 def _page_size(data: bytes) -> int:
