@@ -34,14 +34,18 @@ def is_loopback(url: str) -> bool:
         return False
 
 
-def resolve_endpoint(base_url: str | None) -> tuple[str, str]:
-    """Return ``(base_url, api_key)``; ConfigError when a real endpoint has no key."""
-    url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
-    key = os.environ.get("ANTHROPIC_API_KEY", "")
+def resolve_endpoint(
+    base_url: str | None, api: str = "ANTHROPIC", default: str = DEFAULT_BASE_URL
+) -> tuple[str, str]:
+    """Return ``(base_url, api_key)`` of the upstream: ``base_url``, else ``{api}_BASE_URL``,
+    else ``default``; the key from ``{api}_API_KEY`` (the harness's own, never a
+    sandbox's). ConfigError when a real endpoint has no key."""
+    url = base_url or os.environ.get(f"{api}_BASE_URL") or default
+    key = os.environ.get(f"{api}_API_KEY", "")
     if not key:
         if not is_loopback(url):
             raise ConfigError(
-                f"no API key for {url}: set ANTHROPIC_API_KEY, or point ANTHROPIC_BASE_URL "
+                f"no API key for {url}: set {api}_API_KEY, or point {api}_BASE_URL "
                 "at a local endpoint (e.g. `durable-harness fake-model`)"
             )
         key = LOOPBACK_KEY

@@ -41,7 +41,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -118,7 +118,7 @@ class AgentConfig(BaseModel):
     replay: _Replay = Field(default_factory=_Replay)
 
     @classmethod
-    def parse(cls, data: Any, source: str) -> AgentConfig:
+    def parse(cls, data: Any, source: str) -> Self:
         try:
             return cls.model_validate(data or {})
         except ValidationError as exc:

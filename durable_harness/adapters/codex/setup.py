@@ -6,12 +6,10 @@ asks for.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import Settings
-from durable_harness.harness.model import LOOPBACK_KEY, is_loopback
+from durable_harness.harness.model import resolve_endpoint
 
 __all__ = [
     "BIN_ENV",
@@ -31,15 +29,7 @@ DEFAULT_MODEL = "gpt-5-codex"
 
 def resolve_openai_endpoint(base_url: str | None) -> tuple[str, str]:
     """``(base_url, api_key)`` of the OpenAI-compatible upstream (the harness's own key)."""
-    url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    key = os.environ.get("OPENAI_API_KEY", "")
-    if not key:
-        if not is_loopback(url):
-            raise ConfigError(
-                f"no API key for {url}: set OPENAI_API_KEY, or point OPENAI_BASE_URL at a "
-                "local endpoint (e.g. `durable-harness fake-model`)"
-            )
-        key = LOOPBACK_KEY
+    url, key = resolve_endpoint(base_url, "OPENAI", DEFAULT_BASE_URL)
     return url.rstrip("/").removesuffix("/v1"), key
 
 

@@ -4,7 +4,7 @@ canonicalizer (see :mod:`.cli.provider_api`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,12 +27,6 @@ class OpenCodeConfig(AgentConfig):
     ``[provider]``."""
 
     provider: _OpenCodeProvider = Field(default_factory=_OpenCodeProvider)
-
-    @classmethod
-    def parse(cls, data: Any, source: str) -> OpenCodeConfig:
-        config = super().parse(data, source)
-        assert isinstance(config, OpenCodeConfig)
-        return config
 
 
 def opencode_npm(api: str) -> str:

@@ -4,7 +4,7 @@ canonicalizer (see :mod:`.cli.provider_api`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,12 +33,6 @@ class PiConfig(AgentConfig):
     """The pi agent's ``--agent-config``: ``[replay]`` as for Claude Code, ``[provider]``."""
 
     provider: _PiProvider = Field(default_factory=_PiProvider)
-
-    @classmethod
-    def parse(cls, data: Any, source: str) -> PiConfig:
-        config = super().parse(data, source)
-        assert isinstance(config, PiConfig)
-        return config
 
 
 def pi_provider(api: str, url: str) -> dict[str, str]:

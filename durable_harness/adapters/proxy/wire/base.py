@@ -158,3 +158,12 @@ def content_text(content: Any) -> str:
             if isinstance(part, dict) and isinstance(part.get("text"), str)
         )
     return ""
+
+
+def add_block(messages: list[dict[str, Any]], role: str, block: dict[str, Any]) -> None:
+    """Append ``block`` to a Messages API message list: to the last message if it has
+    ``role`` (the Messages API alternates roles), else as a new message."""
+    if messages and messages[-1]["role"] == role:
+        messages[-1]["content"].append(block)
+    else:
+        messages.append({"role": role, "content": [block]})

@@ -25,7 +25,12 @@ import json
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import MalformedStream, SseEvent, text_pieces
-from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable, content_text
+from durable_harness.adapters.proxy.wire.base import (
+    WireFormat,
+    WireTable,
+    add_block,
+    content_text,
+)
 from durable_harness.core.canonical import dumps_compact
 from durable_harness.core.usage import chat_usage, model_of
 
@@ -212,10 +217,7 @@ def as_messages_request(request: dict[str, Any]) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
 
     def add(role: str, block: dict[str, Any]) -> None:
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].append(block)
-        else:
-            messages.append({"role": role, "content": [block]})
+        add_block(messages, role, block)
 
     given = request.get("messages")
     for message in given if isinstance(given, list) else []:

@@ -15,7 +15,12 @@ import json
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import SseEvent, sse_frame, text_pieces
-from durable_harness.adapters.proxy.wire.base import WireFormat, WireTable, content_text
+from durable_harness.adapters.proxy.wire.base import (
+    WireFormat,
+    WireTable,
+    add_block,
+    content_text,
+)
 from durable_harness.core.usage import model_of, responses_usage
 
 #: What Codex and Pi send on the Responses API (logged from their e2e tests), and the
@@ -134,10 +139,7 @@ def as_messages_request(request: dict[str, Any]) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
 
     def add(role: str, block: dict[str, Any]) -> None:
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].append(block)
-        else:
-            messages.append({"role": role, "content": [block]})
+        add_block(messages, role, block)
 
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict):
