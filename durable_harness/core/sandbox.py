@@ -58,7 +58,10 @@ def cap_timeout(timeout: float) -> tuple[float, str]:
     default 600 s), and the note for the tool result when it was ("" otherwise). Every
     backend's ``bash`` calls it: the timeout comes from the model, and a command runs on
     a worker whose lease renews while it runs, so an unbounded one would hold it forever.
-    Read from the environment on each call, as the sandbox has no Settings of its own."""
+    Read from the environment on each call, as the sandbox has no Settings of its own.
+    SandboxError for a timeout that is not positive."""
+    if timeout <= 0:
+        raise SandboxError(f"timeout must be positive, got {timeout}")
     ceiling = Settings.load().max_tool_timeout
     if timeout <= ceiling:
         return timeout, ""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal as os_signal
 import sys
 import threading
 from typing import Any
@@ -36,6 +35,7 @@ from durable_harness.harness.listener import (
     Listener,
     SyncApp,
     token_matches,
+    wait_until_terminated,
 )
 from durable_harness.runtime import webhooks
 from durable_harness.runtime.cancel import refuse_reserved_signal
@@ -161,18 +161,8 @@ def _send(exchange: Exchange, status: int, body: dict[str, Any]) -> int:
 def serve(world: World, host: str, port: int) -> None:
     server = SignalServer(world, host, port)
     print(f"signal server listening on {server.url}", flush=True)
-    stopping = threading.Event()
-
-    def stop(signum: int, frame: Any) -> None:
-        stopping.set()
-
-    os_signal.signal(os_signal.SIGTERM, stop)
     server.start()
     try:
-        # A bounded wait keeps the main thread responsive to signals.
-        while not stopping.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
+        wait_until_terminated()
     finally:
         server.stop()

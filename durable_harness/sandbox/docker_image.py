@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "context_digest",
     "copy_node",
     "default_image",
+    "follow_build",
     "host_node",
     "link_or_copy",
     "list_sandboxes",
@@ -374,12 +375,28 @@ def _docker_build(
         forcerm=True,
         decode=True,
     )
+    follow_build(stream, say, lambda error: f"building {tag} failed: {error.strip()}")
+
+
+def follow_build(
+    stream: Iterable[dict[str, Any]],
+    say: Say,
+    failed: Callable[[str], str],
+    overdue: Callable[[], str | None] = lambda: None,
+) -> None:
+    """Read a build's decoded event stream to its end, saying its output lines:
+    ConfigError with ``failed(error)`` for the daemon's error, or with ``overdue()``'s
+    message as soon as it gives one (leaving the stream closes the connection, which
+    stops the build)."""
     for event in stream:
         if "error" in event:
-            raise ConfigError(f"building {tag} failed: {str(event['error']).strip()}")
+            raise ConfigError(failed(str(event["error"])))
         line = str(event.get("stream", "")).rstrip()
         if line:
             say(line)
+        late = overdue()
+        if late is not None:
+            raise ConfigError(late)
 
 
 def list_sandboxes(docker_host: str | None = None) -> list[dict[str, str]]:

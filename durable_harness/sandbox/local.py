@@ -290,10 +290,7 @@ class LocalSandbox(Sandbox):
 
     def bash(self, command: str, timeout: float | None = None) -> ShellResult:
         """Run ``command`` in the persistent shell (stderr merged into stdout)."""
-        limit = self.timeout if timeout is None else timeout
-        if limit <= 0:
-            raise SandboxError(f"timeout must be positive, got {limit}")
-        limit, note = cap_timeout(limit)
+        limit, note = cap_timeout(self.timeout if timeout is None else timeout)
         if note:
             return noted(self.bash(command, limit), note)
         child = self._shell()

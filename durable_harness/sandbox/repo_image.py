@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from durable_harness.core.errors import ConfigError
-from durable_harness.sandbox.docker_image import Say, connect
+from durable_harness.sandbox.docker_image import Say, connect, follow_build
 
 __all__ = ["REPOSITORY", "RepoImage", "build_repo_image"]
 
@@ -212,21 +212,21 @@ def _build(
         decode=True,
         timeout=timeout,
     )
-    for event in stream:
-        if "error" in event:
-            raise ConfigError(
-                f"building {label} failed: {_one_line(str(event['error']))}: fix it, or give "
-                "--image IMAGE"
-            )
-        line = str(event.get("stream", "")).rstrip()
-        if line:
-            say(line)
-        if time.monotonic() - started > timeout:
-            # Leaving the stream closes the connection: the daemon stops the build.
-            raise ConfigError(
-                f"building {label} took more than {timeout:.0f}s: raise "
-                "DURABLE_HARNESS_TOOLCHAIN_BUILD_TIMEOUT, or give --image IMAGE"
-            )
+
+    def overdue() -> str | None:
+        if time.monotonic() - started <= timeout:
+            return None
+        return (
+            f"building {label} took more than {timeout:.0f}s: raise "
+            "DURABLE_HARNESS_TOOLCHAIN_BUILD_TIMEOUT, or give --image IMAGE"
+        )
+
+    follow_build(
+        stream,
+        say,
+        lambda error: f"building {label} failed: {_one_line(error)}: fix it, or give --image IMAGE",
+        overdue,
+    )
 
 
 def _one_line(text: str) -> str:

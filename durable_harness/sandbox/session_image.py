@@ -51,6 +51,7 @@ from durable_harness.sandbox.docker_image import (
     copy_node,
     default_cache_dir,
     default_image,
+    follow_build,
     host_node,
     link_or_copy,
     prebuilt_clis,
@@ -220,14 +221,9 @@ def _build(
         forcerm=True,
         decode=True,
     )
-    for event in stream:
-        if "error" in event:
-            raise ConfigError(
-                f"building the session image {tag} failed: {str(event['error']).strip()}"
-            )
-        line = str(event.get("stream", "")).rstrip()
-        if line:
-            say(line)
+    follow_build(
+        stream, say, lambda error: f"building the session image {tag} failed: {error.strip()}"
+    )
 
 
 def can_build_offline() -> bool:

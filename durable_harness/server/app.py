@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import signal as os_signal
 import sys
-import threading
 from collections.abc import Callable
-from typing import Any
 
 from fastapi import FastAPI
 
@@ -14,7 +11,7 @@ from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import ServeSettings, Settings, WebhookSettings
 from durable_harness.core.version import __version__
 from durable_harness.core.world import World
-from durable_harness.harness.listener import BodyLimit, Limits, Listener
+from durable_harness.harness.listener import BodyLimit, Limits, Listener, wait_until_terminated
 from durable_harness.runtime.admission import parse_tool_sets
 from durable_harness.server import errors, resources, signals, steps, ui
 from durable_harness.server.context import Context
@@ -120,12 +117,6 @@ def serve(
             f"cannot listen on {host}:{port} ({exc.strerror or exc}): another serve or ui "
             "may be running there; pick another --port (0: a free one)"
         ) from exc
-    stopping = threading.Event()
-
-    def stop(signum: int, frame: Any) -> None:
-        stopping.set()
-
-    os_signal.signal(os_signal.SIGTERM, stop)
     server.start()
     try:
         if announce is None:
@@ -133,10 +124,7 @@ def serve(
         else:
             announce(server.url)
         sys.stdout.flush()
-        while not stopping.wait(0.5):  # bounded: the main thread stays responsive to signals
-            pass
-    except KeyboardInterrupt:
-        pass
+        wait_until_terminated()
     finally:
         server.stop()
         sys.stdout.flush()

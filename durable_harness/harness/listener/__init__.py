@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal as os_signal
 import socket
 import threading
 import time
@@ -77,6 +78,7 @@ __all__ = [
     "SyncApp",
     "json_refusal",
     "token_matches",
+    "wait_until_terminated",
 ]
 
 log = logging.getLogger(__name__)
@@ -193,3 +195,19 @@ class Listener:
         for task in list(state.tasks):
             task.cancel()
         await asyncio.sleep(0)
+
+
+def wait_until_terminated() -> None:
+    """Block the main thread until SIGTERM or Ctrl-C: what a foreground listener command
+    (``serve``, ``ui``, ``signal-server``) runs between its server's start and stop."""
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: Any) -> None:
+        stopping.set()
+
+    os_signal.signal(os_signal.SIGTERM, stop)
+    try:
+        while not stopping.wait(0.5):  # bounded: the main thread stays responsive to signals
+            pass
+    except KeyboardInterrupt:
+        pass
