@@ -7,6 +7,7 @@ server's clock, like leases, so every ``serve`` counts in the same window.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import psycopg
@@ -91,15 +92,7 @@ class PostgresTenancy(PostgresConnections, Tenancy):
     """The tenancy facet of :class:`~durable_harness.worlds.postgres.PostgresWorld`."""
 
     def put_token(self, token: ApiToken) -> None:
-        params = {
-            "token_id": token.token_id,
-            "tenant": token.tenant,
-            "digest": token.digest,
-            "created_at": token.created_at,
-            "operator": token.operator,
-            "label": token.label,
-            "revoked_at": token.revoked_at,
-        }
+        params = dataclasses.asdict(token)  # its fields are the table's columns
 
         def op(conn: psycopg.Connection[Any], retried: bool) -> None:
             if db.one_row(conn, PUT_TOKEN, params) is not None:

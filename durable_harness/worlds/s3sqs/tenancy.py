@@ -23,6 +23,7 @@ World is:
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -57,15 +58,7 @@ def from_order_key(name: str) -> tuple[float, str]:
 
 
 def token_to_json(token: ApiToken) -> dict[str, Any]:
-    return {
-        "token_id": token.token_id,
-        "tenant": token.tenant,
-        "digest": token.digest,
-        "created_at": token.created_at,
-        "operator": token.operator,
-        "label": token.label,
-        "revoked_at": token.revoked_at,
-    }
+    return dataclasses.asdict(token)
 
 
 def token_from_doc(doc: Doc) -> ApiToken:
