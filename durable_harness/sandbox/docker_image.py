@@ -1,9 +1,12 @@
 """Building the agent image, listing and removing sandboxes, and the Docker lines of
 ``durable-harness doctor`` (what ``durable-harness sandbox …`` calls).
 
-The image comes from the project's ``Dockerfile`` (see it and docs/docker.md): a base with
-Node.js, a non-root user 1000, ``/workspace``, and the agent CLIs at the versions pinned
-in ``tools/npm/package-lock.json`` (the one place they are pinned).
+The image comes from the ``Dockerfile`` shipped in the package (``image/``, beside this
+module; see it and docs/docker.md): a base with Node.js, a non-root user 1000,
+``/workspace``, and the agent CLIs at the versions pinned in ``image/tools/npm/
+package-lock.json`` (the one place they are pinned). Both ship as package data, so an
+installed package builds the image as a checkout does; the folder is laid out as the
+build context (``docker build durable_harness/sandbox/image`` works in a checkout).
 
 Two ways to build, one Dockerfile:
 
@@ -57,7 +60,11 @@ BASE_REPOSITORY = "durable-harness/base"
 CONTEXT_LABEL = "durable-harness.context"
 #: On a session image (sandbox/session_image.py): the image it was derived from.
 SOURCE_LABEL = "durable-harness.source-image"
+#: The image's sources, by their names in the build context (and in :data:`IMAGE_DIR`):
+#: the digest hashes these names, so it is the same from a checkout or a wheel.
 CONTEXT_FILES = ("Dockerfile", "tools/npm/package.json", "tools/npm/package-lock.json")
+#: Where they ship: package data, in a checkout and in an installed package alike.
+IMAGE_DIR = Path(__file__).resolve().parent / "image"
 BASE_PACKAGES = "ca-certificates,git,procps"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -79,13 +86,13 @@ def default_cache_dir() -> Path:
 
 
 def source_root() -> Path:
-    """The checkout that holds the Dockerfile and the pinned CLI versions."""
-    root = Path(__file__).resolve().parents[2]
+    """The folder that holds the Dockerfile and the pinned CLI versions (package data)."""
+    root = IMAGE_DIR
     missing = [f for f in CONTEXT_FILES if not (root / f).is_file()]
     if missing:
         raise ConfigError(
-            f"building the agent image needs the project's sources ({', '.join(missing)} not "
-            f"found under {root}): run it from a clone of the repository"
+            f"building the agent image needs the package's image sources ({', '.join(missing)}"
+            f" not found under {root}): reinstall durable-harness (its wheel ships them)"
         )
     return root
 
