@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.core.errors import ConfigError, SandboxUnavailable
+from durable_harness.core.extras import install_hint, missing_extra
 from durable_harness.core.version import __version__
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "copy_node",
     "default_image",
     "host_node",
+    "image_state",
     "link_or_copy",
     "list_sandboxes",
     "remove_sandbox",
@@ -107,9 +109,13 @@ def context_digest(root: Path | None = None) -> str:
 
 
 def connect(docker_host: str | None = None) -> Any:
-    """A docker client that answered a ping; SandboxUnavailable otherwise."""
-    import docker
-    import requests
+    """A docker client that answered a ping; SandboxUnavailable otherwise (ConfigError
+    naming the extra when the docker package is not installed)."""
+    try:
+        import docker
+        import requests
+    except ImportError as exc:
+        raise missing_extra("the Docker sandbox", "docker", exc) from exc
 
     where = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
@@ -313,13 +319,13 @@ def build_image(
 ) -> BuildResult:
     """Build the agent image (see the module docstring); a build from unchanged sources
     is skipped unless ``force``. ConfigError if the build fails."""
-    import docker.errors
-
     started = time.monotonic()
     tag = tag or default_image()
     root = source_root()
     digest = context_digest(root)
-    client = connect(docker_host)
+    client = connect(docker_host)  # first: it names the extra when docker is missing
+    import docker.errors
+
     cache_dir = cache_dir or default_cache_dir()
     try:
         if not force:
@@ -409,9 +415,9 @@ def list_sandboxes(docker_host: str | None = None) -> list[dict[str, str]]:
 
 def remove_sandbox(session_id: str, docker_host: str | None = None) -> int:
     """Remove a session's container and volumes; return how many objects went."""
+    client = connect(docker_host)
     import docker.errors
 
-    client = connect(docker_host)
     removed = 0
     try:
         selector = {"label": f"{LABEL_SESSION}={session_id}"}
@@ -428,6 +434,34 @@ def remove_sandbox(session_id: str, docker_host: str | None = None) -> int:
     return removed
 
 
+def image_state(docker_host: str | None = None, image: str | None = None) -> tuple[str, str]:
+    """The agent image's tag (``DURABLE_HARNESS_DOCKER_IMAGE`` or the default) and whether
+    it is ``built``, ``outdated`` (from older sources), ``missing``, or why it cannot be
+    told (Docker unreachable, the docker extra missing): for ``doctor``'s agent table."""
+    image = image or os.environ.get("DURABLE_HARNESS_DOCKER_IMAGE") or default_image()
+    try:
+        import docker.errors
+    except ImportError:
+        return image, f"unknown: {install_hint('docker')}"
+    try:
+        client = connect(docker_host)
+    except SandboxUnavailable:
+        return image, "unknown: Docker is not reachable"
+    try:
+        found = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return image, "missing"
+    except docker.errors.DockerException as exc:
+        return image, f"unknown: {reason(exc)}"
+    finally:
+        client.close()
+    try:
+        fresh = found.labels.get(CONTEXT_LABEL) == context_digest()
+    except (ConfigError, OSError):
+        fresh = True
+    return image, "built" if fresh else "outdated"
+
+
 def sandbox_checks(docker_host: str | None = None, image: str | None = None) -> list[Any]:
     """``doctor`` lines: is Docker reachable, is the agent image built from these sources."""
     from durable_harness.core.types import Check
@@ -436,7 +470,7 @@ def sandbox_checks(docker_host: str | None = None, image: str | None = None) -> 
     try:
         import docker
     except ImportError:
-        return [Check("docker", False, "pip install 'durable-harness[docker]'")]
+        return [Check("docker", False, install_hint("docker"))]
     try:
         client = connect(docker_host)
     except SandboxUnavailable as exc:
