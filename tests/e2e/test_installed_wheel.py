@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -117,9 +118,16 @@ def _timed(timings: dict[str, float], name: str, started: float) -> None:
 def test_installed_wheel(tmp_path: Path, docker_host: str, tag: str) -> None:
     timings: dict[str, float] = {}
     t = time.monotonic()
+    # From a copy of what a wheel is made of: a build in the checkout would leave build/
+    # there, whose stale files a later wheel could pick up.
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "durable_harness", source / "durable_harness", ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     dist = tmp_path / "dist"
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(dist)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(source), "-w", str(dist)],
         capture_output=True,
         text=True,
         timeout=300,
