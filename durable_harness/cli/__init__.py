@@ -32,8 +32,10 @@ finished calls are read back, never re-run; an interrupted tool follows its repl
 
 Environment: DURABLE_HARNESS_WORLD (local), DURABLE_HARNESS_DATA_DIR (the local World's
 folder), DURABLE_HARNESS_LEASE_SECONDS, DURABLE_HARNESS_MODEL, ANTHROPIC_BASE_URL,
-ANTHROPIC_API_KEY (never stored), DURABLE_HARNESS_CRASH_AT=<seq>:<point> (crash injection).
-Start with `durable-harness demo`.
+ANTHROPIC_API_KEY (never stored; OPENAI_BASE_URL and OPENAI_API_KEY for --agent codex),
+DURABLE_HARNESS_CRASH_AT=<seq>:<point> (crash injection).
+Start with `durable-harness demo`; from an installed package: `durable-harness setup-agents`,
+`durable-harness sandbox build`, `durable-harness doctor`.
 """
 
 #: The command groups, in the order ``--help`` lists their commands.

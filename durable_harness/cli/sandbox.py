@@ -1,4 +1,5 @@
-"""``durable-harness sandbox``: the Docker agent image and the session containers."""
+"""``durable-harness sandbox``: the Docker agent image and the session containers; and
+``durable-harness setup-agents``: the pinned agent CLIs for the host."""
 
 from __future__ import annotations
 
@@ -37,7 +38,35 @@ def register(sub: Subparsers) -> Commands:
     box_sub.add_parser("ls", help="list the sandbox containers on this Docker host")
     rm = box_sub.add_parser("rm", help="remove sessions' containers and volumes")
     rm.add_argument("sessions", nargs="+", metavar="SESSION")
-    return {"sandbox": cmd_sandbox}
+    agents = sub.add_parser(
+        "setup-agents",
+        help="install the pinned agent CLIs for the host (npm, into your user cache)",
+        description=(
+            "Installs the agent CLIs (Claude Code, Codex, OpenCode, Pi) at the exact versions "
+            "of the lock this package ships, with npm, into "
+            "$XDG_CACHE_HOME/durable-harness/npm/<digest of the lock> (default ~/.cache/...), "
+            "and prints each one's package, version and binary. The adapters find them there "
+            "(after $DURABLE_HARNESS_*_BIN and a checkout's .tools/npm, before PATH) and "
+            "refuse any other version. Idempotent: a second run installs nothing. Needs node "
+            "(20+) and npm. The Docker sandbox does not need them (its image has its own: "
+            "`durable-harness sandbox build`); host folders (--workspace DIR) do."
+        ),
+    )
+    agents.add_argument("--force", action="store_true", help="install again even if installed")
+    return {"sandbox": cmd_sandbox, "setup-agents": cmd_setup_agents}
+
+
+def cmd_setup_agents(args: argparse.Namespace) -> int:
+    from durable_harness.adapters.cli.installed import install, user_prefix
+
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    already = (user_prefix() / ".durable-harness-installed").is_file() and not args.force
+    prefix, installed = install(say, force=args.force)
+    print(f"agent CLIs {'already installed' if already else 'installed'} in {prefix}:")
+    width = max(len(row.package) for row in installed)
+    for row in installed:
+        print(f"  {row.package:<{width}}  {row.version:<10}  {row.binary}")
+    return 0
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:

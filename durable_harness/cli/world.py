@@ -71,7 +71,16 @@ def register(sub: Subparsers) -> Commands:
     sigsrv.add_argument("--port", type=int, default=8787)
     world_flags(sigsrv)
 
-    doctor = sub.add_parser("doctor", help="check the World and the model endpoint settings")
+    doctor = sub.add_parser(
+        "doctor",
+        help="check the World, the Docker sandbox and each agent's readiness",
+        description=(
+            "Checks the World (exit code 1 when a check fails), then says whether Docker "
+            "answers and the agent image is built, and prints one line per agent: ready or "
+            "what to run, the host binary's version and where it was found, the pinned "
+            "version, the agent image (informational: they do not change the exit code)."
+        ),
+    )
     world_flags(doctor)
     return {
         "ls": cmd_ls,
@@ -168,4 +177,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print("Docker sandbox (--workspace docker, claude-code, codex):")
     for check in sandbox_checks():
         print(f"  [{'ok' if check.ok else '--'}] {check.name}: {check.detail}")
+    from durable_harness.runtime.readiness import agent_readiness, format_readiness
+
+    # Informational too: each agent needs only what its workspace uses.
+    print("Agents (binary: where the host one is found; image: the Docker sandbox's):")
+    print(format_readiness(agent_readiness()))
     return 0 if all(c.ok for c in checks) else 1

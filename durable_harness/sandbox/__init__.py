@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.extras import missing_extra
 from durable_harness.core.sandbox import Sandbox
 
 __all__ = ["open_sandbox"]
@@ -33,9 +34,7 @@ def open_sandbox(spec: str, **options: Any) -> Sandbox:
         try:
             from durable_harness.sandbox.docker import DockerSandbox
         except ImportError as exc:
-            raise ConfigError(
-                "the docker sandbox needs the docker package: pip install 'durable-harness[docker]'"
-            ) from exc
+            raise missing_extra("the docker sandbox", "docker", exc) from exc
         _check_options(DockerSandbox, spec, options)
         return DockerSandbox(**options)
     if not _looks_like_path(spec):

@@ -1,9 +1,12 @@
 """Building the agent image, listing and removing sandboxes, and the Docker lines of
 ``durable-harness doctor`` (what ``durable-harness sandbox …`` calls).
 
-The image comes from the project's ``Dockerfile`` (see it and docs/docker.md): a base with
-Node.js, a non-root user 1000, ``/workspace``, and the agent CLIs at the versions pinned
-in ``tools/npm/package-lock.json`` (the one place they are pinned).
+The image comes from the ``Dockerfile`` shipped in the package (``image/``, beside this
+module; see it and docs/docker.md): a base with Node.js, a non-root user 1000,
+``/workspace``, and the agent CLIs at the versions pinned in ``image/tools/npm/
+package-lock.json`` (the one place they are pinned). Both ship as package data, so an
+installed package builds the image as a checkout does; the folder is laid out as the
+build context (``docker build durable_harness/sandbox/image`` works in a checkout).
 
 Two ways to build, one Dockerfile:
 
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.core.errors import ConfigError, SandboxUnavailable
+from durable_harness.core.extras import install_hint, missing_extra
 from durable_harness.core.version import __version__
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "default_image",
     "follow_build",
     "host_node",
+    "image_state",
     "link_or_copy",
     "list_sandboxes",
     "remove_sandbox",
@@ -58,7 +63,11 @@ BASE_REPOSITORY = "durable-harness/base"
 CONTEXT_LABEL = "durable-harness.context"
 #: On a session image (sandbox/session_image.py): the image it was derived from.
 SOURCE_LABEL = "durable-harness.source-image"
+#: The image's sources, by their names in the build context (and in :data:`IMAGE_DIR`):
+#: the digest hashes these names, so it is the same from a checkout or a wheel.
 CONTEXT_FILES = ("Dockerfile", "tools/npm/package.json", "tools/npm/package-lock.json")
+#: Where they ship: package data, in a checkout and in an installed package alike.
+IMAGE_DIR = Path(__file__).resolve().parent / "image"
 BASE_PACKAGES = "ca-certificates,git,procps"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -80,13 +89,13 @@ def default_cache_dir() -> Path:
 
 
 def source_root() -> Path:
-    """The checkout that holds the Dockerfile and the pinned CLI versions."""
-    root = Path(__file__).resolve().parents[2]
+    """The folder that holds the Dockerfile and the pinned CLI versions (package data)."""
+    root = IMAGE_DIR
     missing = [f for f in CONTEXT_FILES if not (root / f).is_file()]
     if missing:
         raise ConfigError(
-            f"building the agent image needs the project's sources ({', '.join(missing)} not "
-            f"found under {root}): run it from a clone of the repository"
+            f"building the agent image needs the package's image sources ({', '.join(missing)}"
+            f" not found under {root}): reinstall durable-harness (its wheel ships them)"
         )
     return root
 
@@ -101,9 +110,13 @@ def context_digest(root: Path | None = None) -> str:
 
 
 def connect(docker_host: str | None = None) -> Any:
-    """A docker client that answered a ping; SandboxUnavailable otherwise."""
-    import docker
-    import requests
+    """A docker client that answered a ping; SandboxUnavailable otherwise (ConfigError
+    naming the extra when the docker package is not installed)."""
+    try:
+        import docker
+        import requests
+    except ImportError as exc:
+        raise missing_extra("the Docker sandbox", "docker", exc) from exc
 
     where = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
@@ -307,13 +320,13 @@ def build_image(
 ) -> BuildResult:
     """Build the agent image (see the module docstring); a build from unchanged sources
     is skipped unless ``force``. ConfigError if the build fails."""
-    import docker.errors
-
     started = time.monotonic()
     tag = tag or default_image()
     root = source_root()
     digest = context_digest(root)
-    client = connect(docker_host)
+    client = connect(docker_host)  # first: it names the extra when docker is missing
+    import docker.errors
+
     cache_dir = cache_dir or default_cache_dir()
     try:
         if not force:
@@ -419,9 +432,9 @@ def list_sandboxes(docker_host: str | None = None) -> list[dict[str, str]]:
 
 def remove_sandbox(session_id: str, docker_host: str | None = None) -> int:
     """Remove a session's container and volumes; return how many objects went."""
+    client = connect(docker_host)
     import docker.errors
 
-    client = connect(docker_host)
     removed = 0
     try:
         selector = {"label": f"{LABEL_SESSION}={session_id}"}
@@ -438,6 +451,34 @@ def remove_sandbox(session_id: str, docker_host: str | None = None) -> int:
     return removed
 
 
+def image_state(docker_host: str | None = None, image: str | None = None) -> tuple[str, str]:
+    """The agent image's tag (``DURABLE_HARNESS_DOCKER_IMAGE`` or the default) and whether
+    it is ``built``, ``outdated`` (from older sources), ``missing``, or why it cannot be
+    told (Docker unreachable, the docker extra missing): for ``doctor``'s agent table."""
+    image = image or os.environ.get("DURABLE_HARNESS_DOCKER_IMAGE") or default_image()
+    try:
+        import docker.errors
+    except ImportError:
+        return image, f"unknown: {install_hint('docker')}"
+    try:
+        client = connect(docker_host)
+    except SandboxUnavailable:
+        return image, "unknown: Docker is not reachable"
+    try:
+        found = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return image, "missing"
+    except docker.errors.DockerException as exc:
+        return image, f"unknown: {reason(exc)}"
+    finally:
+        client.close()
+    try:
+        fresh = found.labels.get(CONTEXT_LABEL) == context_digest()
+    except (ConfigError, OSError):
+        fresh = True
+    return image, "built" if fresh else "outdated"
+
+
 def sandbox_checks(docker_host: str | None = None, image: str | None = None) -> list[Any]:
     """``doctor`` lines: is Docker reachable, is the agent image built from these sources."""
     from durable_harness.core.types import Check
@@ -446,7 +487,7 @@ def sandbox_checks(docker_host: str | None = None, image: str | None = None) -> 
     try:
         import docker
     except ImportError:
-        return [Check("docker", False, "pip install 'durable-harness[docker]'")]
+        return [Check("docker", False, install_hint("docker"))]
     try:
         client = connect(docker_host)
     except SandboxUnavailable as exc:

@@ -9,9 +9,9 @@ exactly what the agent image has:
 
 * node, copied from this host (as the offline base does) into ``/opt/agent-node``, last
   on ``PATH`` so the repository's own node, if IMAGE has one, wins for its commands;
-* the agent CLIs of ``tools/npm/package-lock.json``, installed once on the host by npm
-  (the same cached ``node_modules`` as the offline agent image) into ``/opt/agent-clis``,
-  owned by root, first on ``PATH``;
+* the agent CLIs of ``image/tools/npm/package-lock.json`` (package data), installed once
+  on the host by npm (the same cached ``node_modules`` as the offline agent image) into
+  ``/opt/agent-clis``, owned by root, first on ``PATH``;
 * the agent user 1000, ``/home/agent``, ``/workspace``, the agent image's environment,
   no ENTRYPOINT (tini runs ``sleep infinity``).
 

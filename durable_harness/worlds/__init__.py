@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.extras import missing_extra
 from durable_harness.core.settings import Settings, WorldSettings
 from durable_harness.core.world import World
 
@@ -83,9 +84,7 @@ def backend_class(backend: str) -> Backend:
     except ImportError as exc:
         if not driver:
             raise
-        raise ConfigError(
-            f"the {backend} World needs {driver} ({exc}): pip install 'durable-harness[{backend}]'"
-        ) from exc
+        raise missing_extra(f"the {backend} World ({driver})", backend, exc) from exc
     cls: Backend = getattr(module, class_name)
     return cls
 

@@ -17,6 +17,7 @@ from durable_harness.core.tree import RACY_SECONDS
 from durable_harness.harness.workspace import SnapshotStore, restore_workspace, save_workspace
 from durable_harness.sandbox import open_sandbox
 from durable_harness.sandbox.docker import LABEL_MANAGED, LABEL_SESSION, DockerSandbox, files
+from durable_harness.sandbox.docker_image import IMAGE_DIR
 from durable_harness.worlds import open_world
 
 LIMITS: dict[str, Any] = {"memory": "256m", "pids": 128, "cpus": 1.0, "timeout": 30.0}
@@ -263,10 +264,10 @@ def test_restore_only_when_the_workspace_lacks_the_snapshot(session: str, tmp_pa
 
 
 def test_the_image_has_every_pinned_cli(box: DockerSandbox) -> None:
-    """The agent image holds the four CLIs at the versions tools/npm/package.json pins."""
+    """The agent image holds the four CLIs at the versions the shipped package.json pins."""
     import json
 
-    pins = json.loads((Path(__file__).parents[2] / "tools/npm/package.json").read_text())
+    pins = json.loads((IMAGE_DIR / "tools/npm/package.json").read_text())
     binaries = {
         "@anthropic-ai/claude-code": "claude",
         "@openai/codex": "codex",

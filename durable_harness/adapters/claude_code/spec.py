@@ -62,7 +62,7 @@ _FLUSH_WAIT = 3.0  # seconds the transcript may take to show a tool call before 
 
 def find_claude() -> str:
     """The ``claude`` binary: $DURABLE_HARNESS_CLAUDE_BIN, the project's pinned install
-    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
+    (``.tools/npm`` of a checkout, or ``setup-agents``'s user cache), or PATH."""
     return find_binary(SPEC)
 
 

@@ -83,8 +83,8 @@ _versions_seen: dict[tuple[str, str], str] = {}
 
 
 def find_binary(spec: CliSpec) -> str:
-    """The host binary of the spec's CLI: ``$<bin_env>``, the project's pinned install
-    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
+    """The host binary of the spec's CLI: ``$<bin_env>``, a pinned install (``.tools/npm``
+    of a checkout, or the user cache of ``setup-agents``), or PATH. ConfigError if none."""
     return find_cli(spec.binary, spec.bin_env, spec.product, spec.package)
 
 
@@ -104,7 +104,8 @@ def check_version(spec: CliSpec, binary: str, host: CliHost | None = None) -> No
         raise ConfigError(
             f"{binary} is {spec.product} {version}, but durable-harness needs exactly "
             f"{spec.version} (its request canonicalization is measured on that version): "
-            f"run scripts/setup, or point {spec.bin_env} at that version"
+            f"run `durable-harness setup-agents` (scripts/setup in a checkout), or point "
+            f"{spec.bin_env} at that version"
         )
 
 

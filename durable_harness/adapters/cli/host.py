@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from durable_harness.adapters.cli import hook_client, reaper
+from durable_harness.adapters.cli.installed import bin_dirs
 from durable_harness.core.errors import ConfigError, LeaseLost
 from durable_harness.core.keys import BLOB_PREFIX, is_launch_key
 from durable_harness.core.settings import Settings
@@ -74,6 +75,7 @@ __all__ = [
     "follow",
     "json_event",
     "launch_steps",
+    "locate_cli",
     "progress",
     "require_unsafe_host",
     "stored_input",
@@ -89,28 +91,35 @@ UNSAFE_HOST_ENV = "DURABLE_HARNESS_UNSAFE_HOST_AGENT"
 Line = bytes | BaseException | None
 
 
-#: Where scripts/setup installs the pinned CLIs (tools/npm/package.json) for the host.
-PINNED_BIN = Path(__file__).resolve().parents[3] / ".tools" / "npm" / "node_modules" / ".bin"
+def locate_cli(name: str, bin_env: str) -> tuple[str, str] | None:
+    """``(where, path)`` of the host binary of CLI ``name``, in the order :func:`find_cli`
+    takes them (``where``: ``$<bin_env>``, ``checkout``, ``user cache`` or ``PATH``), or
+    None when there is none. Its version is not checked here."""
+    override = os.environ.get(bin_env)
+    if override:
+        return f"${bin_env}", override
+    for where, folder in bin_dirs():
+        if os.access(folder / name, os.X_OK):
+            return where, str(folder / name)
+    found = shutil.which(name)
+    return ("PATH", found) if found else None
 
 
 def find_cli(name: str, bin_env: str, product: str, package: str) -> str:
-    """The host binary of CLI ``name``: ``$<bin_env>``, the project's pinned install
-    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
-    override = os.environ.get(bin_env)
-    if override:
-        if not os.access(override, os.X_OK):
-            raise ConfigError(f"{bin_env}={override!r} is not an executable file")
-        return override
-    pinned = PINNED_BIN / name
-    if os.access(pinned, os.X_OK):
-        return str(pinned)
-    found = shutil.which(name)
-    if found is None:
+    """The host binary of CLI ``name``: ``$<bin_env>``, a pinned install (``.tools/npm``
+    of a checkout, made by scripts/setup, then the per-user one of ``durable-harness
+    setup-agents``: :mod:`.installed`), or PATH. ConfigError if none."""
+    located = locate_cli(name, bin_env)
+    if located is None:
         raise ConfigError(
-            f"{product} is not installed: run scripts/setup (it installs {package} into "
+            f"{product} is not installed: run `durable-harness setup-agents` (it installs "
+            f"{package} into your user cache; scripts/setup of a checkout installs it into "
             f".tools/npm), or set {bin_env} to a {name} binary of that version"
         )
-    return found
+    where, path = located
+    if where.startswith("$") and not os.access(path, os.X_OK):
+        raise ConfigError(f"{bin_env}={path!r} is not an executable file")
+    return path
 
 
 def require_unsafe_host(agent: str, workspace: str) -> None:

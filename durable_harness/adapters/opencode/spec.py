@@ -99,7 +99,7 @@ _FLUSH_WAIT = 3.0  # seconds the database may take to show a tool call before a 
 
 def find_opencode() -> str:
     """The ``opencode`` binary: $DURABLE_HARNESS_OPENCODE_BIN, the project's pinned install
-    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
+    (``.tools/npm`` of a checkout, or ``setup-agents``'s user cache), or PATH."""
     return find_binary(SPEC)
 
 

@@ -80,7 +80,7 @@ HOST_TOOL_PREFIX = f"mcp__{SERVER_NAME}__"
 
 def find_pi() -> str:
     """The ``pi`` binary: $DURABLE_HARNESS_PI_BIN, the project's pinned install
-    (``.tools/npm``, made by scripts/setup), or PATH. ConfigError if none."""
+    (``.tools/npm`` of a checkout, or ``setup-agents``'s user cache), or PATH."""
     return find_binary(SPEC)
 
 

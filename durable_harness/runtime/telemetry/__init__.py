@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from durable_harness.core.extras import install_hint
 from durable_harness.core.types import Event, Lease, Step, Turn
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ def _extra_missing(exc: ImportError) -> None:
         _noticed = True
         sys.stderr.write(
             "durable-harness: an OTLP endpoint is set but OpenTelemetry is not installed "
-            f"({exc.name or exc}): nothing is exported; install durable-harness[otel]\n"
+            f"({exc.name or exc}): nothing is exported; {install_hint('otel')}\n"
         )
         sys.stderr.flush()
 
