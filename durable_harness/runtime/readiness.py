@@ -55,15 +55,16 @@ def _host_version(spec: CliSpec, binary: str) -> str:
 def agent_readiness(docker_host: str | None = None) -> list[AgentReadiness]:
     """One row per agent (the built-in one first); see the module docstring."""
     tag, state = image_state(docker_host)
-    image_ok = state in ("built", "outdated")
+    # An outdated image holds other CLI versions than the pins: not ready until rebuilt.
+    image_ok = state == "built"
     rows = [AgentReadiness("builtin", "(in the worker)", "-", "-", "not needed", True, "")]
     for spec in _specs():
         located = locate_cli(spec.binary, spec.bin_env)
         version = _host_version(spec, located[1]) if located else "-"
         host_ok = version == spec.version
         notes = []
-        if state == "missing":
-            notes.append("run `durable-harness sandbox build`")
+        if state in ("missing", "outdated"):
+            notes.append(f"image {state}: run `durable-harness sandbox build`")
         elif not image_ok:
             notes.append(f"image {state}")
         if not host_ok and not spec.docker_only:

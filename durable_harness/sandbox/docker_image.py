@@ -50,6 +50,7 @@ __all__ = [
     "image_state",
     "link_or_copy",
     "list_sandboxes",
+    "npm_env",
     "remove_sandbox",
     "sandbox_checks",
 ]
@@ -164,6 +165,26 @@ def _run(command: list[str], say: Say, **kwargs: Any) -> None:
             f"{command[0]} failed (exit code {done.returncode}): "
             f"{(done.stderr or done.stdout).strip()[-800:]}"
         )
+
+
+#: What of the worker's environment npm gets when it installs the pinned CLIs (their
+#: packages run install scripts): where it runs, its own settings, the way out through a
+#: proxy; never a provider key, a World's URL with its password, or cloud credentials.
+_NPM_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SHELL")
+_NPM_ENV_PREFIXES = ("npm_config_", "NPM_CONFIG_")
+_NPM_ENV_NETWORK = (
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR",
+)  # fmt: skip
+
+
+def npm_env() -> dict[str, str]:
+    """The allow-listed environment every ``npm install`` of the pinned CLIs runs with."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k in _NPM_ENV or k in _NPM_ENV_NETWORK or k.startswith(_NPM_ENV_PREFIXES)
+    }
 
 
 def host_node() -> tuple[Path, str]:
@@ -293,6 +314,7 @@ def prebuilt_clis(root: Path, cache_dir: Path, say: Say) -> Path:
         [npm, "install", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
         say,
         cwd=partial,
+        env=npm_env(),
     )
     (partial / ".complete").write_text("")
     if not (target / ".complete").is_file():  # else a build running beside us made it

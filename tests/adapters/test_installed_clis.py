@@ -119,3 +119,28 @@ def test_base_url_help_names_the_variable_each_agent_reads(
         upstream = found.upstream if isinstance(found, CliSpec) else resolve_endpoint
         env = read[upstream(None)[0]]
         assert agent in named.get(env, set()), (agent, env, help_text)
+
+
+def test_root_installs_where_the_agent_user_can_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A root worker runs host-folder agents as the agent user, who cannot enter /root.
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(installed.os, "geteuid", lambda: 0)
+    assert installed.user_prefix() == installed.ROOT_PREFIX / installed.lock_key()
+    monkeypatch.setattr(installed.os, "geteuid", lambda: 1000)
+    assert installed.user_prefix().parts[-3:-1] == ("durable-harness", "npm")
+    assert installed.ROOT_PREFIX not in installed.user_prefix().parents
+
+
+def test_npm_gets_no_secret_of_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_harness.sandbox.docker_image import npm_env
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-not-for-npm")
+    monkeypatch.setenv("DURABLE_HARNESS_WORLD", "postgresql://u:pw@db/x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-npm")
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:4873/")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    env = npm_env()
+    assert "sk-not-for-npm" not in env.values() and "not-for-npm" not in env.values()
+    assert not any("pw@" in v for v in env.values())
+    assert env["npm_config_registry"] == "http://127.0.0.1:4873/"
+    assert env["HTTPS_PROXY"] == "http://proxy:3128" and "PATH" in env

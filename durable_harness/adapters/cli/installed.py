@@ -6,7 +6,9 @@ The versions are pinned once, in the lock the package ships beside its Dockerfil
 
 * ``.tools/npm`` beside a checkout (made by ``scripts/setup``);
 * the per-user cache, ``$XDG_CACHE_HOME/durable-harness/npm/<key>`` (default
-  ``~/.cache/…``), made by :func:`install`; ``<key>`` is a digest of the package.json and
+  ``~/.cache/…``; for root without ``XDG_CACHE_HOME``,
+  ``/usr/local/lib/durable-harness/npm/<key>``, which the agent user that runs host-folder
+  agents can read), made by :func:`install`; ``<key>`` is a digest of the package.json and
   the lock (the same one ``scripts/setup`` stamps), so a new pin installs beside the old
   one instead of changing CLIs under a running worker.
 
@@ -16,7 +18,9 @@ whichever is found, the adapter still refuses a binary at another version.
 An install runs npm in a private folder of the cache and renames it into place when npm
 is done: a killed install leaves no half-made folder that looks complete, and two at once
 do not write into one folder. npm reads only the registry it is configured with; nothing
-here runs the CLIs besides ``--version``.
+here runs the CLIs besides ``--version``. npm runs with an allow-listed environment
+(:func:`~durable_harness.sandbox.docker_image.npm_env`): the packages' install scripts see
+no provider key, World URL or cloud credential.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from durable_harness.core.errors import ConfigError
-from durable_harness.sandbox.docker_image import IMAGE_DIR
+from durable_harness.sandbox.docker_image import IMAGE_DIR, npm_env
 
 __all__ = [
     "CHECKOUT_PREFIX",
@@ -48,8 +52,10 @@ __all__ = [
 
 #: The package.json and lock of the agent CLIs (package data, also the image's).
 PINS_DIR = IMAGE_DIR / "tools" / "npm"
+#: The checkout this package runs from, if it does (an installed package has none).
+_CHECKOUT = Path(__file__).resolve().parents[3]
 #: Where scripts/setup installs them beside a checkout.
-CHECKOUT_PREFIX = Path(__file__).resolve().parents[3] / ".tools" / "npm"
+CHECKOUT_PREFIX = _CHECKOUT / ".tools" / "npm"
 #: Seconds one ``npm install`` may take (four CLIs, ~850 MB cold) before it is stopped.
 NPM_TIMEOUT = 1200
 _MARK = ".durable-harness-installed"
@@ -72,15 +78,25 @@ def lock_key() -> str:
     return h.hexdigest()[:16]
 
 
+#: Where root installs them when no XDG_CACHE_HOME is set: a root worker runs host-folder
+#: agents as the agent user (sandbox/agent_user.py), who cannot enter /root (0700).
+ROOT_PREFIX = Path("/usr/local/lib/durable-harness/npm")
+
+
 def user_prefix() -> Path:
     """The per-user install of the current lock (it may not exist yet)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base and os.geteuid() == 0:
+        return ROOT_PREFIX / lock_key()
+    base = base or str(Path.home() / ".cache")
     return Path(base) / "durable-harness" / "npm" / lock_key()
 
 
 def bin_dirs() -> list[tuple[str, Path]]:
     """``(where, folder)`` of each install of the pinned CLIs to look in, in order."""
-    found = [("checkout", CHECKOUT_PREFIX / "node_modules" / ".bin")]
+    found: list[tuple[str, Path]] = []
+    if (_CHECKOUT / "pyproject.toml").is_file():  # not site-packages/.tools of an install
+        found.append(("checkout", CHECKOUT_PREFIX / "node_modules" / ".bin"))
     # No HOME to put a cache in (RuntimeError), or no lock shipped: the checkout, PATH.
     with contextlib.suppress(OSError, RuntimeError):
         found.append(("user cache", user_prefix() / "node_modules" / ".bin"))
@@ -121,7 +137,12 @@ def install(say: Callable[[str], None], *, force: bool = False) -> tuple[Path, l
             command = [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"]
             try:
                 done = subprocess.run(
-                    command, cwd=partial, capture_output=True, text=True, timeout=NPM_TIMEOUT
+                    command,
+                    cwd=partial,
+                    env=npm_env(),  # its packages run install scripts: no key reaches them
+                    capture_output=True,
+                    text=True,
+                    timeout=NPM_TIMEOUT,
                 )
             except subprocess.TimeoutExpired:
                 raise ConfigError(f"npm install did not finish within {NPM_TIMEOUT} s") from None
@@ -129,6 +150,7 @@ def install(say: Callable[[str], None], *, force: bool = False) -> tuple[Path, l
                 tail = (done.stderr or done.stdout).strip()[-800:]
                 raise ConfigError(f"npm install failed (exit code {done.returncode}): {tail}")
             (partial / _MARK).write_text(lock_key() + "\n")
+            partial.chmod(0o755)  # mkdtemp's 0700 would keep the agent user out
             if target.exists():  # --force, or a copy whose mark was lost: replaced whole
                 shutil.rmtree(target)
             try:
