@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -103,38 +104,78 @@ def pg_url(postgres: PostgresServer) -> Iterator[str]:
         yield url
 
 
-def terminate_holder(url: str, world: PostgresWorld) -> int:
-    """``pg_terminate_backend`` the session holding ``world``'s claim lock; its pid."""
-    key = world._holder.key()
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
-            " AND granted AND ((classid::bigint << 32) | objid::bigint) = %s",
-            (key,),
-        ).fetchone()
-    assert row is not None and row[1] is True
+def holder_pid(conn: psycopg.Connection[Any], world: PostgresWorld) -> int:
+    """The backend pid of the session holding ``world``'s claim lock."""
+    row = conn.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND ((classid::bigint << 32) | objid::bigint) = %s",
+        (world._holder.key(),),
+    ).fetchone()
+    assert row is not None
     return int(row[0])
 
 
-def test_a_worker_whose_backend_is_terminated_stops_before_the_takeover(pg_url: str) -> None:
+def test_a_terminated_backend_is_taken_back_and_the_turn_goes_on(pg_url: str) -> None:
+    """``pg_terminate_backend`` of the claim connection while the server is up: the
+    worker takes its lock back within milliseconds and keeps its turn (as after a server
+    restart); if another worker cut the lease in that gap, the worker is fenced first."""
     with PostgresWorld(pg_url) as a, PostgresWorld(pg_url) as b:
         lease = running(a)
         cancel = Cancellation()
         stopped: list[float] = []
         cancel.add_stopper(lambda why: stopped.append(time.monotonic()))
-        with LeaseKeeper(a, lease, LEASE, cancel=cancel) as keeper:
+        with (
+            LeaseKeeper(a, lease, 3.0, cancel=cancel) as keeper,
+            psycopg.connect(pg_url, autocommit=True) as conn,
+        ):
+            old = holder_pid(conn, a)
+            conn.execute("SELECT pg_terminate_backend(%s)", (old,))
+            taken = None
+            until = time.monotonic() + 4.0  # past the lease: renewals went on
+            while taken is None and time.monotonic() < until:
+                taken = b.claim("w2", LEASE)
+                time.sleep(0.02)
+            if taken is not None:  # B cut the lease in the gap: A was stopped first
+                assert stopped and stopped[0] < time.monotonic() and cancel.fenced
+            else:
+                assert stopped == [] and not keeper.lost.is_set()
+                assert holder_pid(conn, a) != old  # the same key, on a new session
+                a.renew(keeper.lease, LEASE)
+
+
+def test_a_worker_that_cannot_take_its_lock_back_stops_before_the_takeover(
+    pg_url: str,
+) -> None:
+    """The claim connection is terminated and the lock is not to be had back (here the
+    test's own session takes it first): the worker fences its turn; once the lock is free,
+    another worker takes the turn over, after the worker stopped and before its lease
+    would have ended."""
+    with PostgresWorld(pg_url) as a, PostgresWorld(pg_url) as b:
+        lease = running(a)
+        cancel = Cancellation()
+        stopped: list[float] = []
+        cancel.add_stopper(lambda why: stopped.append(time.monotonic()))
+        with (
+            LeaseKeeper(a, lease, LEASE, cancel=cancel) as keeper,
+            psycopg.connect(pg_url, autocommit=True) as conn,
+        ):
             assert b.claim("w2", LEASE) is None  # A lives: its lease stands
-            terminate_holder(pg_url, a)
+            key = a._holder.key()
+            conn.execute("SELECT pg_terminate_backend(%s)", (holder_pid(conn, a),))
+            conn.execute("SELECT pg_advisory_lock(%s)", (key,))  # queued before A's try
             cut = time.monotonic()
+            while not stopped:
+                assert time.monotonic() - cut < 5.0, "A never stopped its turn"
+                time.sleep(0.01)
+            assert b.claim("w2", LEASE) is None  # the lock is held: nobody cuts the lease
+            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
             taken = None
             while taken is None:
                 assert time.monotonic() - cut < 10.0, "nobody took the turn over"
                 taken = b.claim("w2", LEASE)
                 time.sleep(0.01)
             claimed_at = time.monotonic()
-            # A's agent was told to stop before B held the turn, and A knows it lost it.
-            assert stopped and stopped[0] < claimed_at
-            assert cancel.fenced
+            assert stopped[0] < claimed_at and cancel.fenced
             with pytest.raises(LeaseLost):
                 keeper.check()
         assert taken.epoch == lease.epoch + 1
@@ -142,6 +183,7 @@ def test_a_worker_whose_backend_is_terminated_stops_before_the_takeover(pg_url: 
         with pytest.raises(LeaseLost):
             a.renew(lease, LEASE)
         # A's next claims are tied to a new connection, with a new key.
+        assert a._holder.key() != key
         a.create_turn("s1", "t2", "next", {})
         again = a.claim("w1", LEASE)
         assert again is not None and again.turn_id == "t2"

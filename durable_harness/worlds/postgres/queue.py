@@ -40,7 +40,7 @@ class PostgresQueue(PostgresConnections, Queue):
         key = self._claimed_with.pop((lease.turn_id, lease.epoch), None)
         if key is None:
             return lambda: None  # not claimed by this process (a test's hand-made lease)
-        return self._holder.on_lost(key, callback)
+        return self._holder.on_lost(key, (lease.turn_id, lease.epoch), callback)
 
     def _leased(self, lease: Lease | None, key: int) -> Lease | None:
         if lease is not None:
