@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,7 +101,15 @@ def register(sub: Subparsers) -> Commands:
     run.add_argument("--quiet", "-q", action="store_true", help="no step progress on stderr")
     world_flags(run)
 
-    worker = sub.add_parser("worker", help="claim turns and drive them; finishes dead turns")
+    worker = sub.add_parser(
+        "worker",
+        help="claim turns and drive them; finishes dead turns",
+        description="Claim turns and drive them. A turn whose holder is provably dead "
+        "(local World: its process on this host is gone; PostgreSQL: its claim connection "
+        "closed) is taken over at once. On SIGTERM: claim nothing more, let the step in "
+        "flight finish (up to DURABLE_HARNESS_STOP_GRACE_SECONDS), hand the turn back, "
+        "exit 0.",
+    )
     worker.add_argument("--until-idle", action="store_true", help="exit when nothing is runnable")
     worker.add_argument("--max-turns", type=int, help="exit after driving this many turns")
     worker.add_argument("--quiet", "-q", action="store_true")
@@ -284,7 +294,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker = make_worker(world, settings, quiet=args.quiet)
         if not args.quiet:
             print(f"durable-harness: worker {worker.owner} on {settings.world}", file=sys.stderr)
-        n = worker.run(until_idle=args.until_idle, max_turns=args.max_turns)
+
+        # SIGTERM (a deploy): stop claiming, hand the running turn back, exit 0. On a
+        # thread of its own: the handler may interrupt the main thread inside a lock.
+        def on_sigterm(*_: object) -> None:
+            threading.Thread(target=worker.stop, args=("the worker got SIGTERM",)).start()
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            n = worker.run(until_idle=args.until_idle, max_turns=args.max_turns)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         if not args.quiet:
             print(f"durable-harness: worker drove {n} turn(s)", file=sys.stderr)
     return 0

@@ -77,6 +77,9 @@ class Settings(EnvSettings):
     #: How often a worker looks for a cancel request of the turn it runs (one World read
     #: per interval, none per step): a cancel stops the agent within about this long.
     cancel_poll_seconds: float = Field(default=1.0, gt=0)
+    #: How long a worker told to stop (SIGTERM: a deploy) lets the step it is in finish
+    #: before it releases its turn anyway and exits; it starts no new step meanwhile.
+    stop_grace_seconds: float = Field(default=30.0, ge=0)
     #: How often a model step's streamed text is appended to the turn's event log (one
     #: ``text.delta`` per interval at most): lower is livelier, higher writes less.
     event_flush_seconds: float = Field(default=0.05, gt=0, le=10)

@@ -35,6 +35,9 @@ Contracts every backend keeps:
   turn's current epoch, checked atomically with the write (fencing).
 * **Queue** (invariant 8). One message per turn. ``claim`` hands out a lease and bumps the
   turn's epoch; a lease that is not renewed runs out and the turn is delivered again.
+  Where ``detects_dead_holders``, a turn whose holder process is provably dead is
+  deliverable before that (the takeover bumps the epoch like any claim), and a live holder,
+  even a stopped one, keeps its lease.
   Each delivery counts as an attempt; a claim that would exceed ``max_attempts`` moves
   the turn to the dead letter state (status ``failed`` with the reason) instead.
   Every write made with a lease (renew, release, complete, fail, suspend) is fenced too.
@@ -149,6 +152,10 @@ class Queue(abc.ABC):
     worker (invariant 8)."""
 
     max_attempts: int = 5
+    #: Whether a running turn whose holder is provably dead is claimable before its lease
+    #: ends (the local World: the holder's pid on this host; PostgreSQL: the holder's
+    #: connection). False: a dead holder's lease runs out (S3+SQS).
+    detects_dead_holders: bool = False
 
     @abc.abstractmethod
     def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
@@ -212,6 +219,16 @@ class Queue(abc.ABC):
         work (PostgreSQL's LISTEN/NOTIFY) returns as soon as it does.
         """
         time.sleep(timeout)
+
+    def on_holder_lost(self, lease: Lease, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(why)`` (from any thread, at most once) when this World learns
+        that ``lease``, which it handed out to this process, may be taken over before it
+        runs out (at once if that is known already); returns the function that
+        unregisters it. The lease keeper then stops the turn's agent (the worker fences
+        itself, ``harness/lease.py``). This default never calls it: a lease here is lost
+        only by running out. PostgreSQL calls it when the connection this process's claims
+        are tied to drops."""
+        return lambda: None
 
     def now(self) -> float:
         """The World's clock, Unix seconds: what wake-ups and wait deadlines are measured

@@ -13,6 +13,14 @@ A turn is driven under a renewed lease. How a turn ends decides what the queue d
   message;
 * anything else (model endpoint down, a crash in our code) -> ``release`` with a backoff;
   the World dead-letters the turn after ``max_attempts`` deliveries.
+
+**Stopping** (:meth:`Worker.stop`: ``durable-harness worker`` on SIGTERM, a deploy). The
+worker claims nothing more and stops the turn it runs the way a worker that fenced itself
+does: no new step begins (the one in flight finishes), a CLI agent's launch ends and a
+Docker-hosted CLI job is left running for the next worker to re-attach. Then it releases
+the turn's lease at once (deliverable now, to any worker) and returns. If the step in
+flight outlasts ``stop_grace_seconds``, a timer releases the lease anyway and ends the
+process (exit 143): the step stays an intent under its replay rule, as after a crash.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -90,6 +99,42 @@ class Worker:
         self.crash = CrashPlan.from_env()
         #: Spans of each delivery and its steps (runtime/telemetry: off unless configured).
         self.tracing = tracing if tracing is not None else telemetry()
+        self._stopping = threading.Event()
+        self._lock = threading.RLock()
+        self._running: tuple[Lease, LeaseKeeper] | None = None  # the turn driven now
+
+    def stop(self, reason: str = "the worker is stopping") -> None:
+        """Claim nothing more; hand the running turn back (see the module doc). Safe to
+        call from a signal handler or any thread; returns at once."""
+        self._stopping.set()
+        with self._lock:
+            running = self._running
+        if running is None:
+            return
+        lease, keeper = running
+        keeper.fence(reason)
+        timer = threading.Timer(
+            self.settings.stop_grace_seconds, self._release_now, (lease, keeper)
+        )
+        timer.daemon = True
+        timer.start()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def _release_now(self, lease: Lease, keeper: LeaseKeeper) -> None:
+        """The grace period ran out with the step still running: give the turn back and
+        end the process (the step stays an intent; the next worker follows its rule)."""
+        with self._lock:
+            if self._running is None or self._running[0] != lease:
+                return
+        self.on_event(
+            f"turn {lease.turn_id}: its step outlasted the {self.settings.stop_grace_seconds:.0f}s"
+            " stop grace period; releasing it and exiting"
+        )
+        self._hand_back(keeper.lease)
+        os._exit(143)
 
     def drive(self, lease: Lease) -> str:
         """Run one claimed turn to its end; return a :class:`TurnOutcome` value."""
@@ -134,6 +179,10 @@ class Worker:
             cancel=cancel,
             cancel_poll=self.settings.cancel_poll_seconds,
         ) as keeper:
+            with self._lock:
+                self._running = (lease, keeper)
+            if self.stopping:  # told to stop between the claim and here
+                keeper.fence("the worker is stopping")
             try:
                 # The stored turn is data from whoever enqueued it: checked against this
                 # worker's policy first; the adapter sees only the admitted configuration.
@@ -155,7 +204,8 @@ class Worker:
                 events.begin_attempt(self.owner, [recorded[seq] for seq in sorted(recorded)])
                 delivery.lost(events.lost, recorded)
                 reply = adapter.run_turn(TurnRun(self.world, turn, journal, self.settings))
-                keeper.check()
+                if not self.stopping:  # a stop let the last step finish: the turn ends here
+                    keeper.check()  # lost, or fenced while the agent finished: not ours
                 # A cancel that came while the agent finished, before the keeper looked.
                 late = cancel.reason or self._cancel_requested(lease.turn_id)
                 if late is not None:
@@ -165,6 +215,8 @@ class Worker:
                 self.on_event(f"turn {turn.turn_id}: done")
                 return TurnOutcome.DONE
             except TurnCancelled as exc:
+                if cancel.fenced:
+                    return self._left(lease, exc.reason, events)
                 return self._cancelled(lease, exc.reason, events)
             except TurnSuspended as exc:
                 wait = exc
@@ -178,11 +230,10 @@ class Worker:
                 self.on_event(f"turn {turn.turn_id}: parked, waiting for {wait.waiting_for}")
                 return TurnOutcome.WAITING
             except LeaseLost as exc:
-                self.on_event(
-                    f"turn {turn.turn_id}: lease lost, leaving it to its new owner ({exc})"
-                )
-                return TurnOutcome.LOST
+                return self._left(lease, str(exc), events)
             except PERMANENT as exc:
+                if cancel.fenced:  # stopped because this worker fenced itself
+                    return self._left(lease, str(exc), events)
                 if cancel.reason is not None:  # the agent failed because it was stopped
                     return self._cancelled(lease, cancel.reason, events)
                 reason = str(exc)
@@ -191,6 +242,8 @@ class Worker:
                     self._log_settled(lease.turn_id, events)
                 return TurnOutcome.FAILED
             except Exception as exc:
+                if cancel.fenced:
+                    return self._left(lease, repr(exc), events)
                 if cancel.reason is not None:
                     return self._cancelled(lease, cancel.reason, events)
                 delay = min(2.0**lease.attempt, 60.0)
@@ -202,13 +255,15 @@ class Worker:
                 )
                 return TurnOutcome.RELEASED
             finally:
+                with self._lock:
+                    self._running = None
                 events.close()
 
     def run(self, *, until_idle: bool = False, max_turns: int | None = None) -> int:
         """Claim and drive turns; return how many were driven."""
         driven = 0
         outage = 0  # consecutive failed claims: the World is down or unreachable
-        while max_turns is None or driven < max_turns:
+        while (max_turns is None or driven < max_turns) and not self.stopping:
             try:
                 lease = self.world.claim(self.owner, self.settings.lease_seconds)
             except WorldError as exc:
@@ -230,6 +285,34 @@ class Worker:
         return driven
 
     # -- helpers ---------------------------------------------------------------------
+    def _left(self, lease: Lease, why: str, events: TurnEvents) -> str:
+        """The lease was lost, or this worker fenced itself: nothing more is written; or
+        the worker is stopping: the turn is handed back at once."""
+        if self.stopping:
+            with self._lock:
+                keeper = self._running[1] if self._running is not None else None
+            current = keeper.lease if keeper is not None else lease
+            try:
+                events.released("the worker is stopping", 0.0)
+            except (LeaseLost, WorldError) as exc:  # the next claim marks the attempt lost
+                self.on_event(f"turn {lease.turn_id}: its hand-back is not in the log ({exc})")
+            if self._hand_back(current):
+                self.on_event(f"turn {lease.turn_id}: handed back, the worker is stopping")
+                return TurnOutcome.RELEASED
+        self.on_event(f"turn {lease.turn_id}: lease lost, leaving it to its new owner ({why})")
+        return TurnOutcome.LOST
+
+    def _hand_back(self, lease: Lease) -> bool:
+        """Release ``lease`` now (no delay): True if it was still ours."""
+        try:
+            self.world.release(lease, delay=0.0)
+            return True
+        except LeaseLost:
+            return False
+        except WorldError as exc:
+            self.on_event(f"turn {lease.turn_id}: could not hand it back ({exc}); its lease lapses")
+            return False
+
     def _on_step(self, keeper: LeaseKeeper, delivery: Delivery) -> Callable[[StepEvent], None]:
         def on_step(event: StepEvent) -> None:
             delivery.step(event)

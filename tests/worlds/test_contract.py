@@ -7,9 +7,11 @@ SQS visibility timeout cannot be faked.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -597,3 +599,102 @@ def test_several_processes_claim_each_turn_exactly_once(
         turn = world.get_turn(turn_id)
         assert turn.status == TurnStatus.DONE and turn.attempts == 1
         assert [s.status for s in world.load_steps(turn_id)] == [StepStatus.DONE]
+
+
+# -- dead holders ------------------------------------------------------------------------
+HOLDER = r"""
+import json, sys, time
+from durable_harness.worlds import open_world
+
+spec = json.loads(sys.argv[1])
+world = open_world(spec["name"], **spec["options"])
+lease = world.claim("holder", 30)
+print(json.dumps(None if lease is None else lease.epoch), flush=True)
+time.sleep(120)
+"""
+
+
+def holding(world_spec: WorldSpec) -> tuple[subprocess.Popen[str], int]:
+    """A child process that claims the one queued turn with a 30 s lease and keeps it;
+    returns it and the lease's epoch."""
+    package_root = str(Path(durable_harness.__file__).resolve().parents[1])
+    pythonpath = [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            HOLDER,
+            json.dumps({"name": world_spec.name, "options": world_spec.options}),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)},
+    )
+    assert child.stdout is not None
+    epoch = json.loads(child.stdout.readline() or "null")
+    assert epoch is not None, "the holder process claimed nothing"
+    return child, int(epoch)
+
+
+def test_a_killed_holders_turn_is_claimed_before_its_lease_ends(
+    world_spec: WorldSpec, world: World
+) -> None:
+    new_turn(world)
+    child, epoch = holding(world_spec)
+    child.kill()  # SIGKILL: nothing of the holder runs again
+    child.wait()
+    killed = time.monotonic()
+    lease = None
+    # A World that detects dead holders hands the turn out well before the 30 s lease;
+    # one that does not (S3+SQS) keeps it held for the lease.
+    while lease is None and time.monotonic() - killed < (
+        10.0 if world.detects_dead_holders else 2.0
+    ):
+        lease = world.claim("w2", 30)
+        time.sleep(0.05)
+    if not world.detects_dead_holders:
+        assert lease is None and world.claim_turn("t1", "w2", 30) is None
+        return
+    assert lease is not None and lease.turn_id == "t1"
+    assert lease.epoch == epoch + 1 and lease.attempt == 2  # fenced like any takeover
+    assert world.get_turn("t1").lease_owner == "w2"
+    with pytest.raises(LeaseLost):
+        world.insert_intent(intent(dataclasses.replace(lease, epoch=epoch), 0))
+
+
+def test_claim_turn_takes_a_killed_holders_turn_at_once(
+    world_spec: WorldSpec, world: World
+) -> None:
+    """What ``resume`` calls, without ``--force``."""
+    new_turn(world)
+    child, epoch = holding(world_spec)
+    child.kill()
+    child.wait()
+    killed = time.monotonic()
+    lease = None
+    while lease is None and time.monotonic() - killed < (
+        10.0 if world.detects_dead_holders else 2.0
+    ):
+        lease = world.claim_turn("t1", "w2", 30)
+        time.sleep(0.05)
+    assert (lease is not None) == world.detects_dead_holders
+    if lease is not None:
+        assert lease.epoch == epoch + 1
+
+
+def test_a_stopped_holder_keeps_its_lease(world_spec: WorldSpec, world: World) -> None:
+    """SIGSTOP: alive, just not running. Nobody takes its turn before the lease ends."""
+    new_turn(world)
+    child, epoch = holding(world_spec)
+    child.send_signal(signal.SIGSTOP)
+    try:
+        until = time.monotonic() + 3.0  # well past any grace period of a takeover
+        while time.monotonic() < until:
+            assert world.claim("w2", 30) is None
+            assert world.claim_turn("t1", "w2", 30) is None
+            time.sleep(0.1)
+        turn = world.get_turn("t1")
+        assert turn.status == TurnStatus.RUNNING and turn.epoch == epoch
+    finally:
+        child.kill()
+        child.wait()

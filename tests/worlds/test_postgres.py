@@ -87,11 +87,17 @@ def test_migrations_are_recorded_and_applied_once(url: str) -> None:
 @contextlib.contextmanager
 def older_world(url: str, version: int, monkeypatch: pytest.MonkeyPatch) -> Iterator[PostgresWorld]:
     """A World made by a durable-harness whose schema ended at ``version``: today's code
-    with only the first ``version`` migrations (what it writes there, an older one wrote)."""
+    with only the first ``version`` migrations (what it writes there, an older one wrote).
+    Today's claims record their holder, so the jobs table gets that one nullable column
+    (its migration adds it only if missing)."""
     with monkeypatch.context() as patched:
         patched.setattr(postgres.schema, "MIGRATIONS", MIGRATIONS[:version])
         with PostgresWorld(url) as world:
             assert world.schema_version == version
+            with raw(url) as conn:
+                conn.execute(
+                    "ALTER TABLE durable_harness.jobs ADD COLUMN IF NOT EXISTS holder_key bigint"
+                )
             yield world
 
 

@@ -284,8 +284,9 @@ class CliLauncher:
                 self.gate.stop = proxy.fail  # a pending wait stops the CLI (then parks)
             if cli is None:
                 cli = host.start(spec.launch(ctx, endpoint))
-            # A cancel stops the launch like a fatal error of the proxy: the CLI is killed.
-            unregister = run.cancel.add_stopper(lambda why: proxy.fail(TurnCancelled(why)))
+            # A cancel stops the launch like a fatal error of the proxy: the CLI is killed
+            # (a worker fencing itself stops it with LeaseLost: a durable CLI is left running).
+            unregister = run.cancel.add_stopper(lambda why: proxy.fail(run.cancel.error()))
             try:
                 finished = supervise(cli, proxy, output.feed)
             except TurnCancelled:

@@ -2,7 +2,9 @@
 
 A turn has a message when ``visible_at`` is not NULL, which makes "one message per turn"
 structural. While a worker holds the lease, ``visible_at`` follows ``lease_expires_at``,
-as SQS's visibility timeout does. Every read-modify-write (claim, the fenced writes) runs
+as SQS's visibility timeout does. A running turn whose holder (``holder``: the claiming
+process, ``holder.py``) is provably dead is deliverable at once, as if its lease had run
+out. Every read-modify-write (claim, the fenced writes) runs
 in one write transaction, so the check (epoch, lease, visibility) and the write it
 guards happen under one write lock and two processes cannot both pass the check.
 """
@@ -15,6 +17,7 @@ import time
 
 from durable_harness.core.types import FINISHED, Lease, Turn, TurnStatus
 from durable_harness.core.world import Queue, Signal, delivery_key
+from durable_harness.worlds.local import holder
 from durable_harness.worlds.local.db import Database, fence, load_turn, turn_row
 from durable_harness.worlds.local.schema import turn_from_row
 
@@ -24,6 +27,7 @@ class LocalQueue(Queue):
 
     _db: Database
     max_attempts: int
+    detects_dead_holders = True
 
     def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
         with self._db.transaction(write=True) as conn:
@@ -46,12 +50,15 @@ class LocalQueue(Queue):
         with self._db.transaction(write=True) as conn:
             now = time.time()  # read under the write lock: the wait for it may be long
             while True:
-                row = conn.execute(
-                    "SELECT * FROM turns WHERE (status IN (?, ?) AND visible_at <= ?)"
-                    " OR (status = ? AND lease_expires_at <= ?)"
-                    " ORDER BY created_at, rowid LIMIT 1",
-                    (TurnStatus.QUEUED, TurnStatus.WAITING, now, TurnStatus.RUNNING, now),
-                ).fetchone()
+                row = (
+                    _dead_holders_turn(conn, now)
+                    or conn.execute(
+                        "SELECT * FROM turns WHERE (status IN (?, ?) AND visible_at <= ?)"
+                        " OR (status = ? AND lease_expires_at <= ?)"
+                        " ORDER BY created_at, rowid LIMIT 1",
+                        (TurnStatus.QUEUED, TurnStatus.WAITING, now, TurnStatus.RUNNING, now),
+                    ).fetchone()
+                )
                 if row is None:
                     return None
                 turn = turn_from_row(row)
@@ -77,7 +84,7 @@ class LocalQueue(Queue):
             ) or (
                 turn.status == TurnStatus.RUNNING
                 and turn.lease_expires_at is not None
-                and turn.lease_expires_at <= now
+                and (turn.lease_expires_at <= now or holder.is_dead(row["holder"]))
             )
             if not (deliverable or force):
                 return None
@@ -93,8 +100,9 @@ class LocalQueue(Queue):
         conn.execute(
             "UPDATE turns SET status = :status, attempts = :attempt, epoch = :epoch,"
             " lease_owner = :owner, lease_expires_at = :expires_at, visible_at = :expires_at,"
-            " waiting_for = NULL WHERE turn_id = :turn_id",
+            " waiting_for = NULL, holder = :holder WHERE turn_id = :turn_id",
             {
+                "holder": holder.this_holder(),
                 "status": TurnStatus.RUNNING,
                 "attempt": turn.attempts + 1,
                 "epoch": turn.epoch + 1,
@@ -241,6 +249,20 @@ class LocalQueue(Queue):
                 " lease_owner = NULL, lease_expires_at = NULL WHERE turn_id = ?",
                 (status, result, error, time.time(), lease.turn_id),
             )
+
+
+def _dead_holders_turn(conn: sqlite3.Connection, now: float) -> sqlite3.Row | None:
+    """The oldest running turn with a live lease whose holder, a process of this host,
+    is provably dead (``holder.is_dead``): deliverable now, not at its lease's end."""
+    prefix = holder.same_host_prefix()
+    if prefix is None:
+        return None
+    rows = conn.execute(
+        "SELECT * FROM turns WHERE status = ? AND lease_expires_at > ? AND holder LIKE ?"
+        " ORDER BY created_at, rowid",
+        (TurnStatus.RUNNING, now, prefix),
+    ).fetchall()
+    return next((r for r in rows if holder.is_dead(r["holder"])), None)
 
 
 def _count(conn: sqlite3.Connection, turn_id: str, name: str) -> int:

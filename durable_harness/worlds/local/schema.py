@@ -104,6 +104,12 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 PRIMARY KEY (bucket, window))""",
         ),
     ),
+    (
+        "lease holders",
+        # <boot id>:<pid>:<start time> of the process holding a running turn's lease
+        # (worlds/local/holder.py): a dead holder's turn is taken over at once.
+        ("ALTER TABLE turns ADD COLUMN holder TEXT",),
+    ),
 ]
 
 _E = TypeVar("_E", TurnStatus, StepStatus)
@@ -126,7 +132,7 @@ def session_from_row(row: sqlite3.Row) -> Session:
 
 def turn_from_row(row: sqlite3.Row) -> Turn:
     where = f"turn {row['turn_id']}"
-    hidden = ("idx", "visible_at", "attempt_floor")
+    hidden = ("idx", "visible_at", "attempt_floor", "holder")
     columns = {k: row[k] for k in row.keys() if k not in hidden}  # noqa: SIM118
     columns["status"] = enum_value(TurnStatus, row["status"], where)
     columns["config"] = json_object(row["config"], where, "config")

@@ -62,6 +62,7 @@ from durable_harness.worlds.postgres import connections, schema
 from durable_harness.worlds.postgres.catalog import BLOB_PROBE_BYTES, PostgresCatalog
 from durable_harness.worlds.postgres.connections import RECONNECT_SECONDS
 from durable_harness.worlds.postgres.events import PostgresEventLog
+from durable_harness.worlds.postgres.holder import Holder
 from durable_harness.worlds.postgres.journal import PostgresJournal
 from durable_harness.worlds.postgres.listener import Listener
 from durable_harness.worlds.postgres.queue import CHANNEL, MIN_WAIT_SECONDS, PostgresQueue
@@ -133,6 +134,8 @@ class PostgresWorld(
         except PoolTimeout as exc:
             self._pool.close()
             raise WorldError(f"cannot open connections to PostgreSQL at {self.where}") from exc
+        self._holder = Holder(url, self.where)
+        self._claimed_with = {}
         self._work_listener = Listener(url, self.where, CHANNEL)
         self._event_listener = Listener(url, self.where, EVENTS_CHANNEL)
 

@@ -27,6 +27,7 @@ from durable_harness.worlds.postgres import schema, sql
 from durable_harness.worlds.postgres.sql import Row
 
 if TYPE_CHECKING:
+    from durable_harness.worlds.postgres.holder import Holder
     from durable_harness.worlds.postgres.listener import Listener
 
 log = logging.getLogger("durable_harness.worlds.postgres")
@@ -44,6 +45,7 @@ class PostgresConnections:
     _pool: ConnectionPool[psycopg.Connection[Any]]
     _work_listener: Listener  # wait_for_work
     _event_listener: Listener  # wait_for_events
+    _holder: Holder  # the advisory lock this process's claims are tied to
 
     def _run(self, what: str, op: Callable[[psycopg.Connection[Any], bool], _T]) -> _T:
         """Run ``op(conn, retried)`` on a pooled connection, retrying on a lost connection.
@@ -89,6 +91,7 @@ class PostgresConnections:
                 raise WorldError(f"PostgreSQL World at {self.where}: {what}: {exc}") from exc
 
     def close(self) -> None:
+        self._holder.close()
         self._work_listener.close()
         self._event_listener.close()
         self._pool.close()

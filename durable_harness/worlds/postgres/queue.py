@@ -1,8 +1,12 @@
-"""The PostgreSQL World's queue, leases and durable waits: the ``jobs`` table, ``NOTIFY``."""
+"""The PostgreSQL World's queue, leases and durable waits: the ``jobs`` table, ``NOTIFY``.
+
+Every claim records this process's holder key and first cuts short the leases of holders
+that are gone (``holder.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -15,6 +19,7 @@ from durable_harness.core.world import Queue, Signal, delivery_key
 from durable_harness.worlds.postgres import connections as db
 from durable_harness.worlds.postgres import schema, sql
 from durable_harness.worlds.postgres.connections import PostgresConnections
+from durable_harness.worlds.postgres.holder import GRACE_SECONDS, HOLDER_POLL_SECONDS, Holder
 from durable_harness.worlds.postgres.sql import Row
 
 CHANNEL = schema.CHANNEL
@@ -26,6 +31,24 @@ class PostgresQueue(PostgresConnections, Queue):
     """The :class:`Queue` facet of :class:`~durable_harness.worlds.postgres.PostgresWorld`."""
 
     max_attempts: int
+    _holder: Holder
+    detects_dead_holders = True
+    #: The holder key each lease this process holds was claimed with: (turn, epoch) -> key.
+    _claimed_with: dict[tuple[str, int], int]
+
+    def on_holder_lost(self, lease: Lease, callback: Callable[[str], None]) -> Callable[[], None]:
+        key = self._claimed_with.pop((lease.turn_id, lease.epoch), None)
+        if key is None:
+            return lambda: None  # not claimed by this process (a test's hand-made lease)
+        return self._holder.on_lost(key, (lease.turn_id, lease.epoch), callback)
+
+    def _leased(self, lease: Lease | None, key: int) -> Lease | None:
+        if lease is not None:
+            claimed = self._claimed_with
+            claimed[(lease.turn_id, lease.epoch)] = key
+            while len(claimed) > 1000:  # leases never watched (parked at once): oldest go
+                del claimed[next(iter(claimed))]
+        return lease
 
     def enqueue(self, turn_id: str, delay: float = 0.0) -> None:
         params = {"turn_id": turn_id, "delay": float(delay)}
@@ -43,11 +66,18 @@ class PostgresQueue(PostgresConnections, Queue):
         self._run("enqueue", op)
 
     def claim(self, owner: str, lease_seconds: float) -> Lease | None:
-        params = {"owner": owner, "lease": float(lease_seconds), "max": self.max_attempts}
+        key = self._holder.key()
+        params = {
+            "owner": owner,
+            "lease": float(lease_seconds),
+            "max": self.max_attempts,
+            "holder": key,
+        }
 
         # A claim lost with its connection is not retried as such: its lease simply runs
         # out, the attempt it counted is spent, and the turn is delivered again.
         def op(conn: psycopg.Connection[Any], retried: bool) -> Lease | None:
+            pull_in_dead(conn)
             while True:
                 row = db.one_row(conn, sql.CLAIM, params)
                 if row is None:
@@ -56,20 +86,23 @@ class PostgresQueue(PostgresConnections, Queue):
                     return sql.lease_of(row, owner)
                 self._dead_letter(conn, row["turn_id"], force=False)
 
-        return self._run("claim", op)
+        return self._leased(self._run("claim", op), key)
 
     def claim_turn(
         self, turn_id: str, owner: str, lease_seconds: float, force: bool = False
     ) -> Lease | None:
+        key = self._holder.key()
         params = {
             "turn_id": turn_id,
             "owner": owner,
             "lease": float(lease_seconds),
             "max": self.max_attempts,
             "force": force,
+            "holder": key,
         }
 
         def op(conn: psycopg.Connection[Any], retried: bool) -> Lease | None:
+            pull_in_dead(conn)
             row = db.one_row(conn, sql.CLAIM_TURN, params)
             if row is not None:
                 return sql.lease_of(row, owner)
@@ -79,7 +112,7 @@ class PostgresQueue(PostgresConnections, Queue):
                 raise NotFound(f"no turn {turn_id!r}")
             return None  # finished, held by a live lease, or not visible yet
 
-        return self._run("claim_turn", op)
+        return self._leased(self._run("claim_turn", op), key)
 
     def _dead_letter(self, conn: psycopg.Connection[Any], turn_id: str, force: bool) -> bool:
         """Fail a deliverable turn that used up its deliveries; the epoch moves on too, so
@@ -228,18 +261,31 @@ class PostgresQueue(PostgresConnections, Queue):
         The first call only starts listening and returns at once, so that the caller
         looks at the queue again: a notification sent before ``LISTEN`` would be lost.
         """
-        self._work_listener.wait(timeout, _next_visible)
+        mine = self._holder.current()  # no need to watch for our own death
+        self._work_listener.wait(timeout, lambda conn: _next_visible(conn, mine))
 
 
-def _next_visible(conn: psycopg.Connection[Any]) -> float | None:
+def pull_in_dead(conn: psycopg.Connection[Any]) -> None:
+    """Cut the leases of holders that are gone to the grace period (``holder.py``)."""
+    conn.execute(sql.PULL_IN_DEAD, {"grace": GRACE_SECONDS})
+
+
+def _next_visible(conn: psycopg.Connection[Any], mine: int | None) -> float | None:
     """Seconds until the next job is deliverable: nothing notifies when a lease runs out,
     so the wait ends with it (a dead worker's turn is redelivered at its lease's end, not
-    at the next poll). The floor keeps a job that is visible but locked from causing a
-    spin."""
+    at the next poll), nor when a holder dies, so while a turn runs the wait is at most
+    ``HOLDER_POLL_SECONDS`` and each one first cuts short dead holders' leases (a turn
+    held by this process, holder key ``mine``, needs no watching). The floor
+    keeps a job that is visible but locked from causing a spin."""
+    pull_in_dead(conn)
+    others = conn.execute(sql.OTHERS_RUNNING, {"mine": mine}).fetchone()
     row = conn.execute(sql.NEXT_VISIBLE).fetchone()
     if row is None or row[0] is None:
         return None
-    return max(float(row[0]), MIN_WAIT_SECONDS)
+    until = float(row[0])
+    if others is not None and others[0]:
+        until = min(until, HOLDER_POLL_SECONDS)
+    return max(until, MIN_WAIT_SECONDS)
 
 
 def _is(turn: Row, status: str, epoch: int) -> bool:

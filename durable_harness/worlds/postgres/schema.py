@@ -237,6 +237,12 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 PRIMARY KEY (bucket, window_s, window_no))""",
         ),
     ),
+    (
+        "lease holders",
+        # The advisory lock key of the claiming process's holder connection
+        # (worlds/postgres/holder.py): a turn whose holder's lock is free is taken over.
+        ("ALTER TABLE durable_harness.jobs ADD COLUMN IF NOT EXISTS holder_key bigint",),
+    ),
 ]
 
 

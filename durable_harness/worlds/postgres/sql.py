@@ -95,6 +95,10 @@ NOTIFY = "SELECT pg_notify('durable_harness_work', '')"
 
 # Seconds until the next job becomes deliverable (NULL: the queue is empty).
 NEXT_VISIBLE = "SELECT MIN(visible_at) - durable_harness.epoch_now() FROM durable_harness.jobs"
+# Whether a turn runs under another process's claim: its holder may die at any moment.
+OTHERS_RUNNING = """
+SELECT EXISTS (SELECT FROM durable_harness.jobs
+               WHERE status = 'running' AND holder_key IS DISTINCT FROM %(mine)s)"""
 
 # -- queue ----------------------------------------------------------------------------------
 ENQUEUE_QUEUED = """
@@ -121,7 +125,7 @@ SELECT turn_id, pg_notify('durable_harness_work', '') FROM queued"""
 # A claim's lease: one more attempt, the next epoch, hidden for the lease (both claims).
 _TAKE_LEASE = """UPDATE durable_harness.jobs j
 SET status = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
-    lease_owner = %(owner)s,
+    lease_owner = %(owner)s, holder_key = %(holder)s,
     lease_expires_at = durable_harness.epoch_now() + %(lease)s,
     visible_at = durable_harness.epoch_now() + %(lease)s,
     waiting_for = NULL"""
@@ -171,12 +175,29 @@ SET status = 'failed', attempts = dead.attempts, epoch = dead.epoch + 1,
 FROM dead WHERE t.turn_id = dead.turn_id
 RETURNING t.turn_id"""
 
+# A lease whose holder was found dead (PULL_IN_DEAD cleared holder_key) is not renewed:
+# it runs out within the grace period and is claimed again.
 RENEW = """
 UPDATE durable_harness.jobs
 SET lease_expires_at = durable_harness.epoch_now() + %(lease)s,
     visible_at = durable_harness.epoch_now() + %(lease)s
 WHERE turn_id = %(turn_id)s AND epoch = %(epoch)s AND status = 'running'
+  AND holder_key IS NOT NULL
 RETURNING lease_expires_at"""
+
+# Running jobs whose holder's advisory lock is free (its session ended: holder.py) get a
+# lease that ends %(grace)s seconds from now, and no holder. The lock is tried only on
+# running jobs with a live lease (the CASE keeps the planner from trying it on others) and
+# is held only until this statement's transaction ends.
+PULL_IN_DEAD = """
+UPDATE durable_harness.jobs
+SET holder_key = NULL,
+    lease_expires_at = LEAST(lease_expires_at, durable_harness.epoch_now() + %(grace)s),
+    visible_at = LEAST(visible_at, durable_harness.epoch_now() + %(grace)s)
+WHERE status = 'running' AND holder_key IS NOT NULL
+  AND CASE WHEN visible_at > durable_harness.epoch_now() + %(grace)s
+           THEN pg_try_advisory_xact_lock(holder_key) ELSE false END
+RETURNING turn_id"""
 
 RELEASE = """
 WITH released AS (
