@@ -27,6 +27,7 @@ read per interval while the turn runs, none per step.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -67,9 +68,9 @@ class LeaseKeeper(Closing):
         #: What stopping the agent may take (flags set, a CLI launch told to end).
         self.fence_margin = min(max(lease_seconds / 20.0, 0.05), 1.0)
         # The claim was sent before this keeper exists: until the first renewal the lease
-        # is taken to end when it says (on this machine's clock), and never later than a
-        # whole lease from now.
-        left = min(lease_seconds, lease.expires_at - time.time())
+        # is taken to end when it says (on the World's clock, which stamped it), and never
+        # later than a whole lease from now.
+        left = min(lease_seconds, lease.expires_at - world.now())
         self._fence_at = time.monotonic() + left - self.fence_margin
         self._unwatch: Callable[[], None] = lambda: None
         self._thread = threading.Thread(
@@ -113,11 +114,22 @@ class LeaseKeeper(Closing):
         if self.cancel is not None:
             self.cancel.fence(reason)
 
+    def stop_agent(self, reason: str) -> None:
+        """Stop the turn's agent as :meth:`fence` does, but keep renewing the lease: the
+        worker hands the turn back itself once the step in flight has finished (a stop for
+        a deploy). Without a cancellation to stop the agent through, it is :meth:`fence`."""
+        if self.cancel is None:
+            self.fence(reason)
+        else:
+            self.cancel.fence(reason)
+
     def _watch(self) -> None:
         while not self.lost.is_set():
             with self._lock:
                 left = self._fence_at - time.monotonic()
             if left <= 0:
+                if self._last_chance():
+                    continue
                 kept = self.lease_seconds - self.fence_margin
                 self.fence(
                     f"its lease could not be renewed for {kept:.1f}s and may run out: "
@@ -126,6 +138,31 @@ class LeaseKeeper(Closing):
                 return
             if self._stop.wait(left):
                 return
+
+    def _last_chance(self) -> bool:
+        """At the fence's deadline, one renewal of the watchdog's own: the renewing thread
+        may only be starved (a loaded machine, a slow fsync), not cut off. Granted within
+        a short wait (nobody took the turn: the epoch is unchanged), the deadline moves
+        and the turn goes on; refused, failed or still pending, the turn is fenced."""
+        granted: list[Lease] = []
+        sent = time.monotonic()
+
+        def renew() -> None:
+            with contextlib.suppress(LeaseLost, WorldError):
+                granted.append(self.world.renew(self.lease, self.lease_seconds))
+
+        attempt = threading.Thread(target=renew, name=f"lease-last-{self.lease.turn_id}")
+        attempt.daemon = True
+        attempt.start()
+        attempt.join(max(self.fence_margin, min(1.0, self.lease_seconds / 4.0)))
+        if not granted:
+            return False
+        with self._lock:
+            if self.lost.is_set():
+                return False
+            self.lease = granted[0]
+            self._fence_at = sent + self.lease_seconds - self.fence_margin
+        return True
 
     def _loop(self) -> None:
         renew_every = max(self.lease_seconds / 3.0, 0.05)

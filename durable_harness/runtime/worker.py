@@ -112,7 +112,10 @@ class Worker:
         if running is None:
             return
         lease, keeper = running
-        keeper.fence(reason)
+        # Only the agent is stopped: the lease is still renewed until the step in flight
+        # has finished and the turn is handed back (a lapse would let another worker take
+        # it while that step still runs).
+        keeper.stop_agent(reason)
         timer = threading.Timer(
             self.settings.stop_grace_seconds, self._release_now, (lease, keeper)
         )
@@ -182,7 +185,7 @@ class Worker:
             with self._lock:
                 self._running = (lease, keeper)
             if self.stopping:  # told to stop between the claim and here
-                keeper.fence("the worker is stopping")
+                keeper.stop_agent("the worker is stopping")
             try:
                 # The stored turn is data from whoever enqueued it: checked against this
                 # worker's policy first; the adapter sees only the admitted configuration.
@@ -299,6 +302,13 @@ class Worker:
             if self._hand_back(current):
                 self.on_event(f"turn {lease.turn_id}: handed back, the worker is stopping")
                 return TurnOutcome.RELEASED
+        with self._lock:
+            keeper = self._running[1] if self._running is not None else None
+        if keeper is not None and self._hand_back(keeper.lease):
+            # It fenced itself while the turn was still its own (renewals late, not
+            # refused): deliverable again at once rather than after the rest of its lease.
+            self.on_event(f"turn {lease.turn_id}: stopped here ({why}); handed back at once")
+            return TurnOutcome.LOST
         self.on_event(f"turn {lease.turn_id}: lease lost, leaving it to its new owner ({why})")
         return TurnOutcome.LOST
 

@@ -1,13 +1,14 @@
 """Who holds a local World's lease, and whether that process is provably dead.
 
-A claim records its holder as ``<boot id>:<pid>:<start time>``: the kernel's boot id
-(``/proc/sys/kernel/random/boot_id``, new at every boot), the claiming process's pid and
-its start time (field 22 of ``/proc/<pid>/stat``, in clock ticks since boot). Another
-process on the same host, at the same boot, takes a running turn over at once when that
-holder is gone: no process with that pid, or one that started at another time (the pid was
-reused), or a zombie (it exited; its parent has not reaped it yet). A holder that is alive
-in any other state (running, sleeping, stopped by SIGSTOP, traced) keeps its lease until the
-lease runs out, as before: only death is proof.
+A claim records its holder as ``<boot id>+<pid namespace>:<pid>:<start time>``: the kernel's
+boot id (``/proc/sys/kernel/random/boot_id``, new at every boot) and the inode of this
+process's pid namespace (a container sharing the folder has its own pids), the claiming
+process's pid and its start time (field 22 of ``/proc/<pid>/stat``, in clock ticks since
+boot). Another process of the same host, boot and pid namespace takes a running turn over at
+once when that holder is gone: no process with that pid, or one that started at another time
+(the pid was reused), or a zombie (it exited; its parent has not reaped it yet). A holder
+that is alive in any other state (running, sleeping, stopped by SIGSTOP, traced) keeps its
+lease until the lease runs out, as before: only death is proof.
 
 A holder recorded at another boot id is not judged: it is another machine sharing the
 folder (or this one before a reboot, whose processes are gone anyway, so its lease runs out
@@ -28,10 +29,15 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 @functools.cache
 def _boot_id() -> str | None:
+    """This host at this boot, and this process's pid namespace: pids are per namespace,
+    so a holder in a container sharing the folder (or on the host, seen from one) is not
+    judged by a /proc where its pid means another process or none."""
     try:
-        return BOOT_ID.read_text().strip() or None
+        boot = BOOT_ID.read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return None
+    return f"{boot}+{namespace}" if boot else None
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -71,6 +77,18 @@ def is_dead(holder: str | None) -> bool:
         return False  # another host, another boot, or not ours to read: keep the lease
     found = _stat(int(pid_text))
     if found is None:
-        return True
+        return _gone(int(pid_text))
     state, start = found
     return start != int(start_text) or state in ("Z", "X")
+
+
+def _gone(pid: int) -> bool:
+    """No /proc entry: dead, unless the kernel still knows the pid (``/proc`` mounted with
+    ``hidepid`` hides other users' processes)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: it exists, as another user's process
+        return False
+    return False
