@@ -53,6 +53,10 @@ def _home(launch: AcpHome) -> tuple[dict[str, bytes], dict[str, str]]:
             "durable-harness_*": "ask",  # host tools: the request gives the MCP call its id
             "external_directory": "deny",
         },
+        # A rejected request (a call that already ran, or possibly ran) must not end the
+        # prompt: the model gets the tool's error and goes on (a replay's requests then
+        # match the recorded ones: a recorded call's result is keyed by reference).
+        "experimental": {"continue_loop_on_deny": True},
         "autoupdate": False,
         "share": "disabled",
     }
@@ -81,7 +85,8 @@ PRESET = AcpPreset(
     argv=("acp",),
     home=_home,
     wire="anthropic",
-    record_files=(".local/share/opencode/opencode.db",),
+    # The database and its write-ahead log (the newest writes are there until a checkpoint).
+    record_files=(".local/share/opencode/opencode.db", ".local/share/opencode/opencode.db-wal"),
     load_session=True,
     host_tool_prefix="durable-harness_",
     safe_tools=frozenset({"read", "glob", "grep", "list", "webfetch", "todowrite", "todoread"}),
