@@ -38,12 +38,6 @@ def test_bad_agent(tmp_path: Path, mode: str, needles: tuple[str, ...]) -> None:
         _failed(h, *needles)
 
 
-def test_docker_is_refused_for_now(tmp_path: Path) -> None:
-    for h in fake_agent_harness(tmp_path, "tools"):
-        out = h.cli("run", "--agent", "acp:opencode", "--workspace", "docker", "x")
-        assert out.returncode == 2 and "host folder in this version" in out.stderr
-
-
 def test_unknown_preset(tmp_path: Path) -> None:
     for h in fake_agent_harness(tmp_path, "tools"):
         out = h.cli(*run_args(h, agent="acp:nope"))

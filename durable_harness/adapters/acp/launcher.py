@@ -30,14 +30,23 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal, cast
 
 from durable_harness.adapters.acp.client import HarnessClient
-from durable_harness.adapters.acp.preset import AcpHome, AcpPreset, wire_canonicalizer, wire_path
-from durable_harness.adapters.acp.process import start_on_host
+from durable_harness.adapters.acp.docker import start_in_docker
+from durable_harness.adapters.acp.preset import (
+    AcpHome,
+    AcpPreset,
+    turn_model,
+    wire_canonicalizer,
+    wire_path,
+)
+from durable_harness.adapters.acp.process import Agent, start_on_host
 from durable_harness.adapters.acp.record import AcpRecord, load
 from durable_harness.adapters.acp.requests import SandboxRequests
 from durable_harness.adapters.acp.session import Conversation, converse
 from durable_harness.adapters.acp.tools import AcpConfig, AcpReplayPolicy, PermissionHook
 from durable_harness.adapters.acp.transport import DEFAULT_MAX_LINE
+from durable_harness.adapters.acp.version import check_version
 from durable_harness.adapters.base import TurnRun
+from durable_harness.adapters.cli.docker_host import DockerCliHost
 from durable_harness.adapters.cli.hooks import ToolHooks
 from durable_harness.adapters.cli.host import CliHost, CliRun, HostCliHost
 from durable_harness.adapters.cli.launches import LaunchPlan, close_interrupted
@@ -123,13 +132,14 @@ class AcpLauncher:
     # -- one launch --------------------------------------------------------------------
 
     def run(self, plan: LaunchPlan, job: str, cli: CliRun | None = None) -> dict[str, Any]:
-        if cli is not None or not isinstance(self.host, HostCliHost):
-            raise DurableHarnessError("an ACP agent runs on a host folder in this version")
+        if cli is not None:  # an ACP launch never outlives its worker (acp/docker.py)
+            cli.kill()
+            raise DurableHarnessError("the agent's earlier launch was stopped; resuming")
         preset, host, journal, run = self.preset, self.host, self.journal, self.run_
         turn = run.turn
         home = host.home(job)
         token = secrets.token_urlsafe(32)
-        model = self.turn_config.model or run.settings.model
+        model = turn_model(preset, self.turn_config.model, run.settings.model)
         restored = load(run.world, str(plan.record)) if plan.record else None
         self.record.session = restored.session if restored is not None else None
         epoch = journal.lease.epoch
@@ -144,12 +154,15 @@ class AcpLauncher:
             if self.ledger.find(tool_use_id) is not None:
                 save()
 
+        sandbox = host.sandbox if isinstance(host, DockerCliHost) else None
+        snapshot = None if sandbox is None else self.workspaces.saver(sandbox)
         hooks = ToolHooks(
             journal,
             self.policy,
             host_tool_prefix=preset.host_tool_prefix,
             before_intent=before_intent,
             waits=self.gate,
+            outcome_meta=snapshot,
             ledger=self.ledger,
             host_tools=frozenset(t.name for t in self.tools),
         )
@@ -182,12 +195,19 @@ class AcpLauncher:
             journal,
             self._sandbox,
             labels={m: r for m, r in self.config.replay.tools.items() if "/" in m},
+            outcome_meta=snapshot,
             timeout=run.settings.max_tool_timeout,
         )
         client = HarnessClient(requests, permissions, show=journal.on_step is not None)
+        check_version(preset, host, host.binary(preset.binary))
+        if sandbox is not None and not journal.replay_only:
+            self.workspaces.restore(sandbox)  # a new container gets the workspace back
         with proxy:
             endpoint = host.endpoint(proxy.url, job, plan.port)
-            files, env = preset.home(AcpHome(home, endpoint, token, model, host.workspace))
+            binary = host.binary(preset.binary)
+            files, env = preset.home(
+                AcpHome(home, endpoint, token, model, host.workspace, binary=binary)
+            )
             if restored is not None:
                 files.update(restored.files)
             env = {**_xdg(home), **env}
@@ -201,10 +221,17 @@ class AcpLauncher:
             )
             self.gate.stop = proxy.fail  # a pending wait stops the agent (then parks)
             unregister = run.cancel.add_stopper(lambda why: proxy.fail(TurnCancelled(why)))
-            argv = [host.binary(preset.binary), *preset.argv]
+            argv = [binary, *preset.argv]
 
             async def launch() -> Any:
-                agent = await start_on_host(host, job, argv, env, files, DEFAULT_MAX_LINE)
+                agent: Agent
+                if isinstance(host, HostCliHost):
+                    agent = await start_on_host(host, job, argv, env, files, DEFAULT_MAX_LINE)
+                else:
+                    assert isinstance(host, DockerCliHost)
+                    agent = await start_in_docker(
+                        host, job, argv, env, files, DEFAULT_MAX_LINE, talk.initialize_timeout
+                    )
                 try:
                     return await converse(agent, client, talk, proxy.fatal_event, _fatal(proxy))
                 finally:
