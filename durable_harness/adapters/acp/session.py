@@ -180,7 +180,10 @@ class _Watch:
         finally:
             for stop in stops:
                 stop.cancel()
-        if self.fatal.is_set():
+        answered = task.done() and not task.cancelled() and task.exception() is None
+        if self.fatal.is_set() and not answered:
+            # (An answer that came first stands: a request the agent makes as its turn
+            # ends, such as a background model call, does not undo the turn.)
             task.cancel()
             raise self.fatal_error()
         if self.client.unoffered is not None:
