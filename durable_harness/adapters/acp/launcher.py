@@ -236,6 +236,9 @@ class AcpLauncher:
                     return await converse(agent, client, talk, proxy.fatal_event, _fatal(proxy))
                 finally:
                     await agent.stop()
+                    # The agent is gone: release a held wait hook (its thread must end
+                    # before asyncio.run can).
+                    self.gate.stopped.set()
 
             try:
                 ended = asyncio.run(launch())

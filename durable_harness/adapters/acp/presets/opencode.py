@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from durable_harness.adapters.acp.preset import AcpHome, AcpPreset
+from durable_harness.adapters.proxy.canonical_opencode import OpenCodeCanonicalizer
 
 __all__ = ["PRESET"]
 
@@ -85,6 +86,9 @@ PRESET = AcpPreset(
     argv=("acp",),
     home=_home,
     wire="anthropic",
+    # The opencode adapter's rules: the date, the git line and the HOME path of the <env>
+    # block vary between launches (a resume, a replay) without changing the question.
+    canonicalizer=lambda launch: OpenCodeCanonicalizer(home=launch.home),
     # The database and its write-ahead log (the newest writes are there until a checkpoint).
     record_files=(".local/share/opencode/opencode.db", ".local/share/opencode/opencode.db-wal"),
     load_session=True,
