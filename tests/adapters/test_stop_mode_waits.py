@@ -1,9 +1,10 @@
 # ruff: noqa: E501  (the fake model scripts below keep one rule per line)
 """Durable waits with the real Codex, Pi and OpenCode CLIs (a host folder, and the
-session's Docker container) and OpenCode as an ACP agent (a host folder), none of which has a ``defer`` hook decision: the wait
-gate's stop mode (cli_waits) stops the CLI at a pending wait, the worker parks the turn
-(no lease, no process), and the next delivery records the wait's outcome before resuming
-the CLI's session, whose resume message quotes it. (Claude Code defers instead:
+session's Docker container) and OpenCode as an ACP agent (a host folder), none of which
+has a ``defer`` hook decision: the wait gate's stop mode (cli_waits) stops the CLI at a
+pending wait, the worker parks the turn (no lease, no process), and the next delivery
+records the wait's outcome before resuming the CLI's session, whose resume message
+quotes it. (Claude Code defers instead:
 test_claude_waits.py.)
 
 The turn: the CLI starts CI (the host tool ``start_ci``, ``never``), waits for the signal
