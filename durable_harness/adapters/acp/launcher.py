@@ -174,7 +174,9 @@ class AcpLauncher:
         url, key = resolve_endpoint(self.turn_config.base_url)
 
         def on_request(body: dict[str, Any]) -> None:
-            hooks.close_from_request(anthropic_view(body))
+            view = anthropic_view(body)
+            permissions.settle(_result_ids(view), 60.0)
+            hooks.close_from_request(view)
 
         proxy = JournalingProxy(
             journal,
@@ -257,6 +259,21 @@ class AcpLauncher:
                     host, home, turn.session_id, turn.turn_id, epoch
                 )
         return outcome
+
+
+def _result_ids(body: dict[str, Any]) -> list[str]:
+    """The tool-use ids whose results the request's last user message carries."""
+    messages = body.get("messages")
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else []
+            return [
+                str(b.get("tool_use_id"))
+                for b in blocks
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            ]
+    return []
 
 
 def _fatal(proxy: JournalingProxy) -> Any:

@@ -72,7 +72,17 @@ class PermissionHook:
         #: Host tool name -> the ids of its allowed permission requests, oldest first:
         #: the MCP call that follows gets its id (:meth:`take_host_call`).
         self._host_calls: defaultdict[str, deque[str]] = defaultdict(deque)
+        #: Outcomes being recorded now (the workspace snapshot first, in a container).
+        self._ending: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+
+    def settle(self, call_ids: list[str], timeout: float) -> None:
+        """Wait until the outcomes of ``call_ids`` being recorded now are in the journal: a
+        model request quoting their results is keyed by those outcomes, as its replay is."""
+        with self._lock:
+            ending = [self._ending[i] for i in call_ids if i in self._ending]
+        for event in ending:
+            event.wait(timeout)
 
     def take_host_call(self, name: str) -> str | None:
         """The id of the oldest allowed permission request for host tool ``name``."""
@@ -118,7 +128,15 @@ class PermissionHook:
                 "hook_event_name": "PostToolUseFailure",
                 "error": output,
             }
-        self.hooks.post_tool_use(payload)
+        done = threading.Event()
+        with self._lock:
+            self._ending[call_id] = done
+        try:
+            self.hooks.post_tool_use(payload)
+        finally:
+            done.set()
+            with self._lock:
+                self._ending.pop(call_id, None)
 
 
 def _choose(options: list[dict[str, Any]], *, allow: bool) -> dict[str, Any]:
