@@ -1,4 +1,4 @@
-"""Adapters: one package per agent (builtin, claude_code, codex, opencode, pi, custom).
+"""Adapters: one package per agent (builtin, claude_code, codex, opencode, pi, acp, custom).
 
 :data:`ADAPTERS` names each agent's adapter class, or a CLI agent's spec (run by the one
 CLI adapter, ``cli/agent.py``); ``get_adapter(name)`` imports the chosen one lazily. The
@@ -30,6 +30,8 @@ ADAPTERS: dict[str, str] = {
     "codex": "durable_harness.adapters.codex.spec:SPEC",
     "pi": "durable_harness.adapters.pi.spec:SPEC",
     "opencode": "durable_harness.adapters.opencode.spec:SPEC",
+    # ACP agents (adapters/acp/): the harness is the agent's ACP client; one preset each.
+    "acp:opencode": "durable_harness.adapters.acp.presets.opencode:PRESET",
     # A program's own loop on the Python API: workers only park its turns (custom/).
     "custom": "durable_harness.adapters.custom.adapter:CustomAdapter",
 }
@@ -45,6 +47,12 @@ def get_adapter(name: str) -> Adapter:
         if isinstance(found, type):
             adapter: Adapter = found()
             return adapter
+        from durable_harness.adapters.acp.preset import AcpPreset
+
+        if isinstance(found, AcpPreset):
+            from durable_harness.adapters.acp.adapter import AcpAdapter
+
+            return AcpAdapter(found)
         from durable_harness.adapters.cli.agent import CliAdapter
 
         return CliAdapter(found)

@@ -33,6 +33,7 @@ MODEL_PREFIX = "model:"
 TOOL_PREFIX = "tool:"
 LAUNCH_PREFIX = "launch:"
 BLOB_PREFIX = "blob:"
+ACP_PREFIX = "acp:"
 
 
 def model_key(request_digest: str) -> str:
@@ -69,6 +70,14 @@ def launch_key(number: int) -> str:
 
 def is_launch_key(key: str) -> bool:
     return key.startswith(LAUNCH_PREFIX)
+
+
+def acp_request_key(method: str, request_digest: str, occurrence: int) -> str:
+    """An ACP agent's request the client serves (``fs/read_text_file``, ``terminal/create``,
+    ...): its method, the hash of its parameters without the session id
+    (:func:`input_digest`), and how many such requests came before it in the turn, so
+    the same request asked again after a resume finds its step."""
+    return f"{ACP_PREFIX}{method}:{request_digest}:{occurrence}"
 
 
 def session_record_name(agent: str, turn_id: str, epoch: int) -> str:

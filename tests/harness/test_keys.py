@@ -25,6 +25,8 @@ def test_step_keys() -> None:
     assert keys.tool_use_id_of("tool:toolu_01ABC") == TOOL_USE_ID
     assert keys.launch_key(1) == "launch:1"
     assert keys.is_launch_key("launch:7") and not keys.is_launch_key("tool:launch:7")
+    assert keys.acp_request_key("fs/write_text_file", "ab12", 0) == "acp:fs/write_text_file:ab12:0"
+    assert keys.acp_request_key("terminal/create", "cd34", 2) == "acp:terminal/create:cd34:2"
 
 
 def test_record_names_blobs_and_idempotency_keys() -> None:
