@@ -60,7 +60,13 @@ def agent_command(agent: str, binary: str | None) -> list[str]:
 
 
 def agent_env(
-    agent: str, home: Path, model_url: str, claude_bin: str | None, approval: str = "never"
+    agent: str,
+    home: Path,
+    model_url: str,
+    claude_bin: str | None,
+    approval: str = "never",
+    codex_model: str = "gpt-5.4",
+    codex_extra: str = "",
 ) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -82,7 +88,7 @@ def agent_env(
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
         (codex_home / "config.toml").write_text(
-            'model = "gpt-5.4"\n'
+            f"model = {json.dumps(codex_model)}\n"
             'model_provider = "fake"\n'
             f'approval_policy = "{approval}"\n'
             'sandbox_mode = "danger-full-access"\n'
@@ -90,7 +96,8 @@ def agent_env(
             'name = "fake"\n'
             f'base_url = "{model_url}/v1"\n'
             'wire_api = "responses"\n'
-            'env_key = "FAKE_API_KEY"\n',
+            'env_key = "FAKE_API_KEY"\n'
+            f"{codex_extra}\n",
             encoding="utf-8",
         )
         env |= {"CODEX_HOME": str(codex_home), "FAKE_API_KEY": TOKEN}
@@ -335,8 +342,19 @@ async def one_run(
         rpc.flush()
 
     argv = agent_command(args.agent, args.bin)
-    env = agent_env(args.agent, home, model_url, args.claude_bin, args.codex_approval)
+    env = agent_env(
+        args.agent,
+        home,
+        model_url,
+        args.claude_bin,
+        args.codex_approval,
+        args.codex_model,
+        "\n".join(args.codex_config),
+    )
     env |= dict(item.split("=", 1) for item in args.env)
+    if args.claude_settings:
+        (home / ".claude").mkdir(parents=True, exist_ok=True)
+        (home / ".claude" / "settings.json").write_text(args.claude_settings, encoding="utf-8")
     client = ProbeClient(workspace, args.kill_at if load is None else None)
     async with acp.spawn_agent_process(
         client,
@@ -429,7 +447,10 @@ async def main() -> None:
         help="kill the agent there, then load",
     )
     parser.add_argument("--resume-prompt", action="append", help="the prompt after the restart")
+    parser.add_argument("--claude-settings", help="JSON: ~/.claude/settings.json for Claude")
     parser.add_argument("--session-meta", help="JSON object: session/new's _meta")
+    parser.add_argument("--codex-model", default="gpt-5.4", help="codex-acp's model")
+    parser.add_argument("--codex-config", action="append", default=[], help="a TOML line")
     parser.add_argument("--codex-approval", default="never", help="codex-acp's approval_policy")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()

@@ -30,7 +30,13 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal, cast
 
 from durable_harness.adapters.acp.client import HarnessClient
-from durable_harness.adapters.acp.preset import AcpHome, AcpPreset, wire_canonicalizer, wire_path
+from durable_harness.adapters.acp.preset import (
+    AcpHome,
+    AcpPreset,
+    turn_model,
+    wire_canonicalizer,
+    wire_path,
+)
 from durable_harness.adapters.acp.process import start_on_host
 from durable_harness.adapters.acp.record import AcpRecord, load
 from durable_harness.adapters.acp.requests import SandboxRequests
@@ -129,7 +135,7 @@ class AcpLauncher:
         turn = run.turn
         home = host.home(job)
         token = secrets.token_urlsafe(32)
-        model = self.turn_config.model or run.settings.model
+        model = turn_model(preset, self.turn_config.model, run.settings.model)
         restored = load(run.world, str(plan.record)) if plan.record else None
         self.record.session = restored.session if restored is not None else None
         epoch = journal.lease.epoch
@@ -187,7 +193,10 @@ class AcpLauncher:
         client = HarnessClient(requests, permissions, show=journal.on_step is not None)
         with proxy:
             endpoint = host.endpoint(proxy.url, job, plan.port)
-            files, env = preset.home(AcpHome(home, endpoint, token, model, host.workspace))
+            binary = host.binary(preset.binary)
+            files, env = preset.home(
+                AcpHome(home, endpoint, token, model, host.workspace, binary=binary)
+            )
             if restored is not None:
                 files.update(restored.files)
             env = {**_xdg(home), **env}
@@ -201,7 +210,7 @@ class AcpLauncher:
             )
             self.gate.stop = proxy.fail  # a pending wait stops the agent (then parks)
             unregister = run.cancel.add_stopper(lambda why: proxy.fail(TurnCancelled(why)))
-            argv = [host.binary(preset.binary), *preset.argv]
+            argv = [binary, *preset.argv]
 
             async def launch() -> Any:
                 agent = await start_on_host(host, job, argv, env, files, DEFAULT_MAX_LINE)

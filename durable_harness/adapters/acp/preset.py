@@ -26,8 +26,17 @@ from durable_harness.adapters.proxy.canonical_responses import ResponsesCanonica
 from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
+from durable_harness.core.settings import Settings
 
-__all__ = ["AcpHome", "AcpPreset", "HomeBuilder", "Wire", "wire_canonicalizer", "wire_path"]
+__all__ = [
+    "AcpHome",
+    "AcpPreset",
+    "HomeBuilder",
+    "Wire",
+    "turn_model",
+    "wire_canonicalizer",
+    "wire_path",
+]
 
 #: The model API an agent speaks to the proxy.
 Wire = Literal["anthropic", "responses", "chat"]
@@ -42,6 +51,9 @@ class AcpHome:
     token: str  # the proxy's per-launch token: the agent's "API key" (never a provider key)
     model: str  # the turn's model
     workspace: str  # the agent's working directory, as it sees it
+    #: The agent's binary as the agent's side invokes it (absolute where it is installed):
+    #: a preset finds what is installed beside it (claude-code-acp's Claude Code).
+    binary: str = ""
 
 
 #: ``AcpHome -> (files, env)``: files (HOME-relative path -> bytes) written, private,
@@ -88,6 +100,19 @@ class AcpPreset:
     safe_tools: frozenset[str] = field(default_factory=frozenset)
     #: How the agent names a host tool (served over MCP as server ``durable-harness``).
     host_tool_prefix: str = "mcp__durable-harness__"
+    #: The model when the turn names none, for an agent that cannot take the harness's
+    #: default (a Claude model) ("": that default).
+    default_model: str = ""
+
+
+def turn_model(preset: AcpPreset, named: str | None, operator_model: str) -> str:
+    """The model of a turn: the one it names, else the operator's (``DURABLE_HARNESS_MODEL``).
+    Where the preset has a default of its own, the harness's built-in default (a Claude
+    model, which ``run`` fills in) counts as naming none, as for the codex adapter."""
+    model = named or operator_model
+    if preset.default_model and model == Settings.model_fields["model"].default:
+        return preset.default_model
+    return model
 
 
 def wire_path(wire: Wire) -> str:
