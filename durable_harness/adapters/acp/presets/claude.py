@@ -91,4 +91,15 @@ PRESET = AcpPreset(
     version_args=(),
     # Read (through fs/read_text_file) asks no permission; these only read.
     safe_tools=frozenset({"mcp__acp__Read", "Glob", "Grep", "LS", "TodoWrite"}),
+    # Its file and shell tools, served by the client (fs/*, terminal/*).
+    client_served_tools=frozenset(
+        {
+            "mcp__acp__Read",
+            "mcp__acp__Write",
+            "mcp__acp__Edit",
+            "mcp__acp__Bash",
+            "mcp__acp__BashOutput",
+            "mcp__acp__KillShell",
+        }
+    ),
 )
