@@ -20,7 +20,8 @@ def register(sub: Subparsers) -> Commands:
     run.add_argument(
         "--agent",
         default="builtin",
-        help="builtin (default), claude-code, codex, opencode or pi (docs/<agent>.md)",
+        help="builtin (default), claude-code, codex, opencode, pi (docs/<agent>.md), or an ACP "
+        "agent: acp:opencode (docs/acp.md)",
     )
     run.add_argument(
         "--workspace",

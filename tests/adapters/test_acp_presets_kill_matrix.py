@@ -2,9 +2,9 @@
 agent from npm (claude-code-acp 0.16.2 on Claude Code 2.1.332) against the fake model: the
 worker and the agent's process group are killed (-9) at a point around the turn's first
 shell call (step 2, the ``terminal/create`` the client serves: the launch is step 0, the
-first model call step 1), then a new worker finishes the turn. Counted: model calls paid twice (0), ``never`` tools run twice
-(the shell command, the host tool notify over MCP: 0), the scripted final
-reply, and the replay (0 upstream calls, no tool run).
+first model call step 1), then a new worker finishes the turn. Counted: model calls paid
+twice (0), ``never`` tools run twice (the shell command, the host tool notify over MCP:
+0), the scripted final reply, and the replay (0 upstream calls, no tool run).
 
 Host folder only, with the developer opt-in, until the ACP adapter runs agents in Docker
 (the preset is docker_only). Run with ``-s`` to see the rows the docs quote.

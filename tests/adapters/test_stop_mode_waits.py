@@ -1,9 +1,10 @@
 # ruff: noqa: E501  (the fake model scripts below keep one rule per line)
 """Durable waits with the real Codex, Pi and OpenCode CLIs (a host folder, and the
-session's Docker container), none of which has a ``defer`` hook decision: the wait
-gate's stop mode (cli_waits) stops the CLI at a pending wait, the worker parks the turn
-(no lease, no process), and the next delivery records the wait's outcome before resuming
-the CLI's session, whose resume message quotes it. (Claude Code defers instead:
+session's Docker container) and OpenCode as an ACP agent (a host folder), none of which
+has a ``defer`` hook decision: the wait gate's stop mode (cli_waits) stops the CLI at a
+pending wait, the worker parks the turn (no lease, no process), and the next delivery
+records the wait's outcome before resuming the CLI's session, whose resume message
+quotes it. (Claude Code defers instead:
 test_claude_waits.py.)
 
 The turn: the CLI starts CI (the host tool ``start_ci``, ``never``), waits for the signal
@@ -74,6 +75,14 @@ _CLIS = {
         launch_mark="durable-harness-opencode-",
         container_mark="--format json",
     ),
+    # OpenCode as an ACP agent: the harness is its client; the same tools and turn.
+    "acp:opencode": _Cli(
+        tool='name = "durable-harness_{name}"',
+        shell=f'name = "bash", input = {{ command = "{_COMMAND}", description = "fix the price" }}',
+        shell_step="bash",
+        launch_mark="durable-harness-acp-opencode-",
+        container_mark="dh-acp.js",
+    ),
 }
 
 
@@ -131,6 +140,7 @@ reply.tool_use = [{{ {c.tool.format(name="start_ci")}, input = {{}} }}]
         ("opencode", "local"),
         ("opencode", "postgres"),
         ("opencode", "docker"),
+        ("acp:opencode", "local"),
     ],
     ids=lambda p: "-".join(p),
 )

@@ -4,57 +4,36 @@
 :func:`~.cli.launches.run_launches` (the CLI agents' launch rules: a finished launch's
 reply, a resume from the saved session record, waits settled first) and an
 :class:`~.acp.launcher.AcpLauncher`. Where the agent runs is the CLI agents' one host
-opener (:func:`~.cli.where.open_cli_host`): in this version a host folder, as the
-unprivileged agent user under the reaper; a ``docker_only`` preset needs the developer
-opt-in there, as Claude Code and Codex do. ``--workspace docker`` is refused with a
-clear error until the container path lands.
+opener (:func:`~.cli.where.open_cli_host`): a host folder, as the unprivileged agent
+user under the reaper (a ``docker_only`` preset needs the developer opt-in there, as
+Claude Code and Codex do), or the session's container (:mod:`.acp.docker`).
 """
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from durable_harness.adapters.acp.docker import stop_job
 from durable_harness.adapters.acp.launcher import AcpLauncher
 from durable_harness.adapters.acp.preset import AcpPreset
 from durable_harness.adapters.acp.tools import AcpConfig
+from durable_harness.adapters.acp.version import check_version, find_agent
 from durable_harness.adapters.base import Adapter, TurnRun
-from durable_harness.adapters.cli.host import HostCliHost, find_cli
+from durable_harness.adapters.cli.docker_host import DockerCliHost
+from durable_harness.adapters.cli.host import HostCliHost, launch_steps
+from durable_harness.adapters.cli.jobs import job_id
 from durable_harness.adapters.cli.launches import finished_reply, run_launches
 from durable_harness.adapters.cli.where import check_where, open_cli_host
 from durable_harness.adapters.push_tool import GIT_PUSH
-from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, TurnConfig
+from durable_harness.core.types import StepStatus
 from durable_harness.harness.model import resolve_endpoint
 from durable_harness.harness.tools import load_user_tools
 from durable_harness.harness.waits import WAIT_TOOL_NAMES
 
-__all__ = ["AcpAdapter", "find_agent"]
-
-_versions: dict[str, str] = {}  # host binary -> the version it printed
-
-
-def find_agent(preset: AcpPreset) -> str:
-    """The host binary: ``$<bin_env>``, the pinned install (.tools/npm), or PATH."""
-    return find_cli(preset.binary, preset.bin_env, preset.product, preset.package)
-
-
-def check_version(preset: AcpPreset, host: HostCliHost, binary: str) -> None:
-    """ConfigError unless the agent is exactly the preset's pinned version."""
-    version = _versions.get(binary)
-    if version is None:
-        try:
-            version = host.version(binary) if preset.version_args == ("--version",) else ""
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ConfigError(f"cannot run {binary} --version: {exc}") from None
-        _versions[binary] = version
-    if preset.version_args == ("--version",) and version != preset.version:
-        raise ConfigError(
-            f"{binary} is {preset.product} {version}, but acp:{preset.name} needs exactly "
-            f"{preset.version}: run scripts/setup, or point {preset.bin_env} at that version"
-        )
+__all__ = ["AcpAdapter"]
 
 
 class AcpAdapter(Adapter):
@@ -68,17 +47,17 @@ class AcpAdapter(Adapter):
 
     def check(self, config: dict[str, Any], settings: Settings) -> None:
         preset, turn = self.preset, TurnConfig.of(config)
-        if turn.workspace == DOCKER:
-            raise ConfigError(
-                f"the {self.name} agent runs on a host folder in this version: give "
-                "--workspace DIR (the Docker sandbox for ACP agents is not built yet)"
-            )
-        check_where(turn, self.name, docker_only=preset.docker_only)
+        docker = check_where(turn, self.name, docker_only=preset.docker_only)
         load_user_tools(turn.tools, [*WAIT_TOOL_NAMES, GIT_PUSH])
         AcpConfig.parse(turn.agent_config, "in the turn")
         resolve_endpoint(turn.base_url)
-        binary = find_agent(preset)
-        check_version(preset, HostCliHost(Path.cwd(), {}), binary)
+        if docker:
+            from durable_harness.sandbox import open_sandbox
+
+            # Docker answers and the image is built (on first use, here: with progress).
+            open_sandbox("docker", toolchain=turn.image).close()
+        else:
+            check_version(preset, HostCliHost(Path.cwd(), {}), find_agent(preset))
 
     def run_turn(self, run: TurnRun) -> str:
         reply = finished_reply(run)
@@ -93,4 +72,11 @@ class AcpAdapter(Adapter):
             docker_only=preset.docker_only,
             home_prefix=f"durable-harness-acp-{preset.binary}-",
         ) as host:
+            if isinstance(host, DockerCliHost):
+                # An ACP launch never outlives its worker (acp/docker.py): no launch is
+                # re-attached, and what is left of an interrupted one is stopped.
+                host.durable = False
+                launches = launch_steps(run.journal)
+                if launches and launches[-1].status is StepStatus.INTENT:
+                    stop_job(host, job_id(run.turn.turn_id, len(launches) - 1))
             return run_launches(run, self.name, host, AcpLauncher(preset, run, host))

@@ -30,6 +30,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal, cast
 
 from durable_harness.adapters.acp.client import HarnessClient
+from durable_harness.adapters.acp.docker import start_in_docker
 from durable_harness.adapters.acp.preset import (
     AcpHome,
     AcpPreset,
@@ -37,13 +38,15 @@ from durable_harness.adapters.acp.preset import (
     wire_canonicalizer,
     wire_path,
 )
-from durable_harness.adapters.acp.process import start_on_host
+from durable_harness.adapters.acp.process import Agent, start_on_host
 from durable_harness.adapters.acp.record import AcpRecord, load
 from durable_harness.adapters.acp.requests import SandboxRequests
 from durable_harness.adapters.acp.session import Conversation, converse
 from durable_harness.adapters.acp.tools import AcpConfig, AcpReplayPolicy, PermissionHook
 from durable_harness.adapters.acp.transport import DEFAULT_MAX_LINE
+from durable_harness.adapters.acp.version import check_version
 from durable_harness.adapters.base import TurnRun
+from durable_harness.adapters.cli.docker_host import DockerCliHost
 from durable_harness.adapters.cli.hooks import ToolHooks
 from durable_harness.adapters.cli.host import CliHost, CliRun, HostCliHost
 from durable_harness.adapters.cli.launches import LaunchPlan, close_interrupted
@@ -129,8 +132,9 @@ class AcpLauncher:
     # -- one launch --------------------------------------------------------------------
 
     def run(self, plan: LaunchPlan, job: str, cli: CliRun | None = None) -> dict[str, Any]:
-        if cli is not None or not isinstance(self.host, HostCliHost):
-            raise DurableHarnessError("an ACP agent runs on a host folder in this version")
+        if cli is not None:  # an ACP launch never outlives its worker (acp/docker.py)
+            cli.kill()
+            raise DurableHarnessError("the agent's earlier launch was stopped; resuming")
         preset, host, journal, run = self.preset, self.host, self.journal, self.run_
         turn = run.turn
         home = host.home(job)
@@ -150,12 +154,15 @@ class AcpLauncher:
             if self.ledger.find(tool_use_id) is not None:
                 save()
 
+        sandbox = host.sandbox if isinstance(host, DockerCliHost) else None
+        snapshot = None if sandbox is None else self.workspaces.saver(sandbox)
         hooks = ToolHooks(
             journal,
             self.policy,
             host_tool_prefix=preset.host_tool_prefix,
             before_intent=before_intent,
             waits=self.gate,
+            outcome_meta=snapshot,
             ledger=self.ledger,
             host_tools=frozenset(t.name for t in self.tools),
         )
@@ -188,10 +195,14 @@ class AcpLauncher:
             journal,
             self._sandbox,
             labels={m: r for m, r in self.config.replay.tools.items() if "/" in m},
+            outcome_meta=snapshot,
             timeout=run.settings.max_tool_timeout,
             before_intent=save,
         )
         client = HarnessClient(requests, permissions, show=journal.on_step is not None)
+        check_version(preset, host, host.binary(preset.binary))
+        if sandbox is not None and not journal.replay_only:
+            self.workspaces.restore(sandbox)  # a new container gets the workspace back
         with proxy:
             endpoint = host.endpoint(proxy.url, job, plan.port)
             binary = host.binary(preset.binary)
@@ -214,11 +225,21 @@ class AcpLauncher:
             argv = [binary, *preset.argv]
 
             async def launch() -> Any:
-                agent = await start_on_host(host, job, argv, env, files, DEFAULT_MAX_LINE)
+                agent: Agent
+                if isinstance(host, HostCliHost):
+                    agent = await start_on_host(host, job, argv, env, files, DEFAULT_MAX_LINE)
+                else:
+                    assert isinstance(host, DockerCliHost)
+                    agent = await start_in_docker(
+                        host, job, argv, env, files, DEFAULT_MAX_LINE, talk.initialize_timeout
+                    )
                 try:
                     return await converse(agent, client, talk, proxy.fatal_event, _fatal(proxy))
                 finally:
                     await agent.stop()
+                    # The agent is gone: release a held wait hook (its thread must end
+                    # before asyncio.run can).
+                    self.gate.stopped.set()
 
             try:
                 ended = asyncio.run(launch())

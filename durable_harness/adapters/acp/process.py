@@ -15,13 +15,30 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from durable_harness.adapters.cli import reaper
 from durable_harness.adapters.cli.host import HostCliHost
 from durable_harness.sandbox.agent_user import agent_env, as_agent, grant_workspace, hand_over
 
-__all__ = ["AgentProcess", "start_on_host"]
+__all__ = ["Agent", "AgentProcess", "start_on_host"]
+
+
+class Agent(Protocol):
+    """A started agent as the conversation sees it: its stdout and stdin."""
+
+    @property
+    def stdout(self) -> asyncio.StreamReader: ...
+
+    @property
+    def stdin(self) -> asyncio.StreamWriter: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def stderr_tail(self, chars: int = 2000) -> str: ...
+
+    async def stop(self) -> int | None: ...
 
 
 class AgentProcess:
@@ -40,6 +57,10 @@ class AgentProcess:
     def stdout(self) -> asyncio.StreamReader:
         assert self.proc.stdout is not None
         return self.proc.stdout
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
 
     def stderr_tail(self, chars: int = 2000) -> str:
         self._stderr.seek(0)

@@ -18,7 +18,8 @@ only (the sandbox refuses ``..`` and symlinks leading out). ``terminal/create`` 
 command to its end inside its step (the operator's tool timeout caps it), keeps at most
 ``outputByteLimit`` (and never more than :data:`MAX_OUTPUT`) bytes of its output, the
 end kept as ACP asks, and answers ``terminal/output``/``wait_for_exit`` from that; a
-``kill`` finds it ended, a ``release`` forgets it.
+``kill`` finds it ended, a ``release`` forgets it (at most :data:`MAX_TERMINALS` are kept
+until released).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ TERMINAL_CREATE = "terminal/create"
 MAX_OUTPUT = 1024 * 1024
 #: The largest file a read returns.
 MAX_READ = 16 * 1024 * 1024
+#: Terminals kept at once (each holds its command's output until released).
+MAX_TERMINALS = 64
 DEFAULT_LABELS: dict[str, Replay] = {FS_READ: "safe", FS_WRITE: "never", TERMINAL_CREATE: "never"}
 
 
@@ -82,6 +85,7 @@ class SandboxRequests:
         self.before_intent = before_intent
         self._seen: Counter[tuple[str, str]] = Counter()
         self._terminals: dict[str, dict[str, Any]] = {}
+        self._made = 0
         self._lock = threading.Lock()
 
     # -- the journaled requests ------------------------------------------------------
@@ -95,9 +99,15 @@ class SandboxRequests:
         return {}
 
     def create_terminal(self, params: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if len(self._terminals) >= MAX_TERMINALS:
+                raise Refused(
+                    f"{MAX_TERMINALS} terminals are open: release one before creating another"
+                )
         value = self._step(TERMINAL_CREATE, params, lambda sb: self._command(sb, params))
         with self._lock:
-            terminal_id = f"term-{len(self._terminals) + 1}"
+            self._made += 1
+            terminal_id = f"term-{self._made}"
             self._terminals[terminal_id] = value
         return {"terminalId": terminal_id}
 

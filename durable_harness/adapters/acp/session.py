@@ -37,7 +37,7 @@ from acp.schema import (
 )
 
 from durable_harness.adapters.acp.client import HarnessClient
-from durable_harness.adapters.acp.process import AgentProcess
+from durable_harness.adapters.acp.process import Agent
 from durable_harness.adapters.acp.transport import BoundedTransport
 from durable_harness.core.errors import DurableHarnessError, TurnFailed
 
@@ -85,7 +85,7 @@ class Ended:
 
 
 async def converse(
-    agent: AgentProcess,
+    agent: Agent,
     client: HarnessClient,
     talk: Conversation,
     fatal: threading.Event,
@@ -155,7 +155,7 @@ class _Watch:
 
     def __init__(
         self,
-        agent: AgentProcess,
+        agent: Agent,
         transport: BoundedTransport,
         client: HarnessClient,
         fatal: threading.Event,
@@ -180,7 +180,10 @@ class _Watch:
         finally:
             for stop in stops:
                 stop.cancel()
-        if self.fatal.is_set():
+        answered = task.done() and not task.cancelled() and task.exception() is None
+        if self.fatal.is_set() and not answered:
+            # (An answer that came first stands: a request the agent makes as its turn
+            # ends, such as a background model call, does not undo the turn.)
             task.cancel()
             raise self.fatal_error()
         if self.client.unoffered is not None:
@@ -202,7 +205,7 @@ class _Watch:
         stderr = self.agent.stderr_tail(500).strip() or "nothing on stderr"
         return DurableHarnessError(
             f"the agent's connection ended before it answered {method} "
-            f"(exit status {self.agent.proc.returncode}): {stderr}"
+            f"(exit status {self.agent.returncode}): {stderr}"
         )
 
 

@@ -175,6 +175,10 @@ class DockerCliHost(CliHost):
         self._ports[job_id] = bridge_port(job_id) if port is None else port
         return f"http://127.0.0.1:{self._ports[job_id]}"
 
+    def port_of(self, job_id: str) -> int:
+        """The bridge port of launch ``job_id`` (:meth:`endpoint` set it)."""
+        return self._ports.get(job_id) or bridge_port(job_id)
+
     def hook_command(self, endpoint_file: str, event: str) -> list[str]:
         home = os.path.dirname(endpoint_file)
         return ["node", f"{home}/{_HOOK_FILE}", endpoint_file, event]

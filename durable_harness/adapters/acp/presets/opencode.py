@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from durable_harness.adapters.acp.preset import AcpHome, AcpPreset
+from durable_harness.adapters.proxy.canonical_opencode import OpenCodeCanonicalizer
 
 __all__ = ["PRESET"]
 
@@ -53,6 +54,10 @@ def _home(launch: AcpHome) -> tuple[dict[str, bytes], dict[str, str]]:
             "durable-harness_*": "ask",  # host tools: the request gives the MCP call its id
             "external_directory": "deny",
         },
+        # A rejected request (a call that already ran, or possibly ran) must not end the
+        # prompt: the model gets the tool's error and goes on (a replay's requests then
+        # match the recorded ones: a recorded call's result is keyed by reference).
+        "experimental": {"continue_loop_on_deny": True},
         "autoupdate": False,
         "share": "disabled",
     }
@@ -81,7 +86,11 @@ PRESET = AcpPreset(
     argv=("acp",),
     home=_home,
     wire="anthropic",
-    record_files=(".local/share/opencode/opencode.db",),
+    # The opencode adapter's rules: the date, the git line and the HOME path of the <env>
+    # block vary between launches (a resume, a replay) without changing the question.
+    canonicalizer=lambda launch: OpenCodeCanonicalizer(home=launch.home),
+    # The database and its write-ahead log (the newest writes are there until a checkpoint).
+    record_files=(".local/share/opencode/opencode.db", ".local/share/opencode/opencode.db-wal"),
     load_session=True,
     host_tool_prefix="durable-harness_",
     safe_tools=frozenset({"read", "glob", "grep", "list", "webfetch", "todowrite", "todoread"}),
