@@ -17,8 +17,8 @@ claude-code-acp's shell tool is ``mcp__acp__Bash`` (served by the client as
 MAY OR MAY NOT HAVE HAPPENED it checks with ``cat site/index.html`` and redoes the shell
 step only if its effect is absent.
 
-Both presets are docker_only; until the ACP adapter runs agents in a container these
-tests run them on a host folder with the developer opt-in, as the other CLIs' host rows.
+Both presets are docker_only: on a host folder they run with the developer opt-in, as
+the other CLIs' host rows do; ``where="docker"`` runs them in the session's container.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from durable_harness.adapters.cli.host import UNSAFE_HOST_ENV
 PROMPT = "add a pricing page"
 FINAL = "Pricing page added and the team notified."
 CODEX_FINAL = "Pricing page added."
+WORKSPACE_ENV = "DH_TEST_WORKSPACE"  # the harness's --workspace (read by these helpers only)
 
 _CLAUDE_SCRIPT = """
 [[rule]]
@@ -136,12 +137,15 @@ CODEX = Agent(
 
 
 def preset_harness(
-    tmp: Path, agent: Agent, *, sleep: float = 0, chunk_delay_ms: int = 0
+    tmp: Path, agent: Agent, *, sleep: float = 0, chunk_delay_ms: int = 0, where: str = "host"
 ) -> Iterator[Harness]:
     """A harness whose fake model scripts the turn for ``agent`` on the host folder
-    ``tmp/ws`` (the developer opt-in)."""
-    ws = tmp / "ws"
-    ws.mkdir()
+    ``tmp/ws`` (the developer opt-in) or in the session's container (``where="docker"``)."""
+    if where == "docker":
+        ws = Path("/workspace")
+    else:
+        ws = tmp / "ws"
+        ws.mkdir()
     template = _CLAUDE_SCRIPT if agent is CLAUDE else _CODEX_SCRIPT
     script = tmp / "script.toml"
     script.write_text(
@@ -155,7 +159,9 @@ def preset_harness(
     )
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")
-        h.env[UNSAFE_HOST_ENV] = "1"
+        h.env[WORKSPACE_ENV] = "docker" if where == "docker" else str(ws)
+        if where == "host":
+            h.env[UNSAFE_HOST_ENV] = "1"
         yield h
 
 
@@ -166,7 +172,7 @@ def run_args(h: Harness, agent: Agent, prompt: str = PROMPT) -> list[str]:
         "--agent",
         agent.agent,
         "--workspace",
-        str(h.tmp / "ws"),
+        h.env[WORKSPACE_ENV],
         *tools,
         "--agent-config",
         str(AGENT_CONFIG),

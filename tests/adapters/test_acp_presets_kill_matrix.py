@@ -6,8 +6,8 @@ first model call step 1), then a new worker finishes the turn. Counted: model ca
 twice (0), ``never`` tools run twice (the shell command, the host tool notify over MCP:
 0), the scripted final reply, and the replay (0 upstream calls, no tool run).
 
-Host folder only, with the developer opt-in, until the ACP adapter runs agents in Docker
-(the preset is docker_only). Run with ``-s`` to see the rows the docs quote.
+On a host folder (the developer opt-in: the preset is docker_only) at four points; the
+Docker rows are not passing yet (below). Run with ``-s`` to see the rows the docs quote.
 """
 
 from __future__ import annotations
@@ -22,11 +22,16 @@ from kill_matrix import Cli, Point, points, run_point
 _POINTS = {p.name: p for p in points(shell_seq=2)}
 #: (agent, point): the model stream, the tool (running, returned) and the launch's end.
 CASES = [
-    (CLAUDE, "model streaming"),
-    (CLAUDE, "tool running"),
-    (CLAUDE, "tool returned"),
-    (CLAUDE, "after launch"),
+    (CLAUDE, "host", "model streaming"),
+    (CLAUDE, "host", "tool running"),
+    (CLAUDE, "host", "tool returned"),
+    (CLAUDE, "host", "after launch"),
 ]
+# Not yet in Docker: there the first launch runs (its command journaled, then the worker
+# killed), but the resumed launch's agent ended its connection before it answered
+# session/new ("nothing on stderr"); see docs/acp.md.
+#: In Docker only the worker is killed: the command need not outlast a CLI's death.
+DOCKER_SLEEP = 6.0
 # acp:codex is not in the matrix yet: its kill and resume pass, but its replay does not.
 # codex-acp runs its commands itself, so a replay must refuse a finished one at its
 # permission request, and codex-acp's only refusal ("abort") cancels the whole turn.
@@ -40,6 +45,7 @@ def _cli(agent: Agent) -> Cli:
         final=agent.final,
         shell_tool=agent.shell_tool,
         timeout=180,
+        reattaches=False,  # the agent ends with its worker: a new launch loads the session
     )
     if agent.host_tools:
         return cli
@@ -49,12 +55,18 @@ def _cli(agent: Agent) -> Cli:
 
 
 @pytest.mark.parametrize(
-    ("agent", "point"),
-    [(a, _POINTS[p]) for a, p in CASES],
-    ids=[f"{a.agent.removeprefix('acp:')}-host-{p.replace(' ', '-')}" for a, p in CASES],
+    ("agent", "where", "point"),
+    [(a, w, _POINTS[p]) for a, w, p in CASES],
+    ids=[f"{a.agent.removeprefix('acp:')}-{w}-{p.replace(' ', '-')}" for a, w, p in CASES],
 )
-def test_kill_matrix(tmp_path: Path, agent: Agent, point: Point) -> None:
+def test_kill_matrix(
+    tmp_path: Path, agent: Agent, where: str, point: Point, request: pytest.FixtureRequest
+) -> None:
+    sleep = point.sleep
+    if where == "docker":
+        request.getfixturevalue("docker_host")
+        sleep = min(sleep, DOCKER_SLEEP)
     harness = preset_harness(
-        tmp_path, agent, sleep=point.sleep, chunk_delay_ms=point.chunk_delay_ms
+        tmp_path, agent, sleep=sleep, chunk_delay_ms=point.chunk_delay_ms, where=where
     )
-    run_point(harness, lambda h: run_args(h, agent), point, _cli(agent), "host")
+    run_point(harness, lambda h: run_args(h, agent), point, _cli(agent), where)

@@ -50,10 +50,16 @@ _MODEL_ALIASES = (
 )
 
 
+#: Where the agent image installs the pinned CLIs (Dockerfile, sandbox/session_image.py):
+#: in a container the agent's binary is a bare name on PATH.
+IMAGE_BIN = "/opt/agent-clis/node_modules/.bin"
+
+
 def claude_beside(binary: str) -> str:
-    """The pinned ``claude`` installed beside ``claude-code-acp`` (one ``node_modules/.bin``
-    on the host's ``.tools/npm`` and in the agent image's ``/opt/agent-clis``)."""
-    return os.path.join(os.path.dirname(binary), "claude") if os.path.isabs(binary) else ""
+    """The pinned ``claude`` installed beside ``claude-code-acp``: one ``node_modules/.bin``
+    on the host's ``.tools/npm`` and in the agent image (the SDK wants an existing path)."""
+    folder = os.path.dirname(binary) if os.path.isabs(binary) else IMAGE_BIN
+    return f"{folder}/claude"
 
 
 def _home(launch: AcpHome) -> tuple[dict[str, bytes], dict[str, str]]:
@@ -63,9 +69,7 @@ def _home(launch: AcpHome) -> tuple[dict[str, bytes], dict[str, str]]:
         "ANTHROPIC_API_KEY": launch.token,
         **dict.fromkeys(_MODEL_ALIASES, launch.model),
     }
-    claude = claude_beside(launch.binary)
-    if claude:
-        env["CLAUDE_CODE_EXECUTABLE"] = claude
+    env["CLAUDE_CODE_EXECUTABLE"] = claude_beside(launch.binary)
     # The agent sets one of Claude Code's aliases as the model, "default" unless the
     # settings name another; "default" adds the 1M-context beta (a pricier tier), the
     # "sonnet" alias does not, and the variables above make it the turn's model.
