@@ -28,8 +28,9 @@ CASES = [
     (CLAUDE, "host", "after launch"),
 ]
 # Not yet in Docker: there the first launch runs (its command journaled, then the worker
-# killed), but the resumed launch's agent ended its connection before it answered
-# session/new ("nothing on stderr"); see docs/acp.md.
+# killed) and the resumed one loads the session, gets "possibly ran", checks with cat,
+# and then the agent's connection ends before it answers session/prompt ("nothing on
+# stderr", the agent not exited); see docs/acp.md.
 #: In Docker only the worker is killed: the command need not outlast a CLI's death.
 DOCKER_SLEEP = 6.0
 # acp:codex is not in the matrix yet: its kill and resume pass, but its replay does not.
