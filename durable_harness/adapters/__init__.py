@@ -32,6 +32,8 @@ ADAPTERS: dict[str, str] = {
     "opencode": "durable_harness.adapters.opencode.spec:SPEC",
     # ACP agents (adapters/acp/): the harness is the agent's ACP client; one preset each.
     "acp:opencode": "durable_harness.adapters.acp.presets.opencode:PRESET",
+    "acp:claude-code": "durable_harness.adapters.acp.presets.claude:PRESET",
+    "acp:codex": "durable_harness.adapters.acp.presets.codex:PRESET",
     # A program's own loop on the Python API: workers only park its turns (custom/).
     "custom": "durable_harness.adapters.custom.adapter:CustomAdapter",
 }

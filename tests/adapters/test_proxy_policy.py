@@ -89,6 +89,8 @@ SERVER_TOOLS = {
         {"type": "mcp", "server_label": "x", "server_url": "https://example.invalid"},
         {"type": "local_shell"},
         {"type": "namespace", "name": "n", "tools": [{"type": "web_search_preview"}]},
+        {"type": "tool_search"},  # run by the provider: only "execution": "client" passes
+        {"type": "tool_search", "execution": "server"},
     ],
 }
 UNKNOWN_FIELDS = {
@@ -303,6 +305,19 @@ def test_codex_web_search_is_taken_out_of_what_is_forwarded(tmp_path: Path) -> N
             rig.fake.answer_responses(json.dumps(sent).encode()).request_hash
         )
         assert len(rig.steps()) == 2
+
+
+def test_a_client_executed_tool_search_passes_as_sent(tmp_path: Path) -> None:
+    """codex-acp declares ``tool_search`` with ``"execution": "client"`` (Codex searches
+    its own deferred tools): it runs in the agent, not at the provider, so the request is
+    journaled and forwarded as it came."""
+    with open_rig(tmp_path, WIRES["responses"]) as rig:
+        search = {"type": "tool_search", "execution": "client", "parameters": {}}
+        body = {**rig.case.request("hi", stream=False), "tools": [TOOL["responses"], search]}
+        assert send(rig, body)[0] == 200
+        expected = rig.fake.answer_responses(json.dumps(body).encode()).request_hash
+        assert upstream_log(rig)[-1]["request_hash"] == expected
+        assert len(rig.steps()) == 1
 
 
 def test_a_launch_takes_only_its_clis_api(tmp_path: Path) -> None:

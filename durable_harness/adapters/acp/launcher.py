@@ -167,7 +167,7 @@ class AcpLauncher:
             host_tools=frozenset(t.name for t in self.tools),
         )
         hooks.session_started.set()  # the permission requests are the hooks: always live
-        permissions = PermissionHook(hooks, frozenset(self.config.deny))
+        permissions = PermissionHook(hooks, frozenset(self.config.deny), preset.client_served_tools)
         server = HostToolServer(
             journal, self.tools, turn.session_id, self.gate.signal_secret, self.ledger
         )
@@ -199,6 +199,7 @@ class AcpLauncher:
             labels={m: r for m, r in self.config.replay.tools.items() if "/" in m},
             outcome_meta=snapshot,
             timeout=run.settings.max_tool_timeout,
+            before_intent=save,
         )
         client = HarnessClient(requests, permissions, show=journal.on_step is not None)
         check_version(preset, host, host.binary(preset.binary))

@@ -100,6 +100,12 @@ class AcpPreset:
     safe_tools: frozenset[str] = field(default_factory=frozenset)
     #: How the agent names a host tool (served over MCP as server ``durable-harness``).
     host_tool_prefix: str = "mcp__durable-harness__"
+    #: The agent's tools whose every effect reaches the client as ``fs/*`` or
+    #: ``terminal/*`` requests (claude-code-acp's ``mcp__acp__*``): those requests are the
+    #: journaled steps, so their permission request is allowed (a call the model made)
+    #: and journals nothing. A second step would be redundant, and answering a finished
+    #: one "rejected" ends such an agent's whole turn (claude-code-acp interrupts it).
+    client_served_tools: frozenset[str] = field(default_factory=frozenset)
     #: The model when the turn names none, for an agent that cannot take the harness's
     #: default (a Claude model) ("": that default).
     default_model: str = ""

@@ -71,6 +71,7 @@ class SandboxRequests:
         labels: dict[str, Replay] | None = None,
         outcome_meta: Callable[[], dict[str, Any]] | None = None,
         timeout: float = 600.0,
+        before_intent: Callable[[], None] | None = None,
     ) -> None:
         self.journal = journal
         self._open = sandbox
@@ -79,6 +80,9 @@ class SandboxRequests:
         self.labels = {**DEFAULT_LABELS, **(labels or {})}
         self.outcome_meta = outcome_meta
         self.timeout = timeout
+        #: Runs before a new step's intent (the launcher saves the session record, so a
+        #: resume finds the agent's conversation up to this request).
+        self.before_intent = before_intent
         self._seen: Counter[tuple[str, str]] = Counter()
         self._terminals: dict[str, dict[str, Any]] = {}
         self._made = 0
@@ -152,10 +156,13 @@ class SandboxRequests:
         with self._lock:
             occurrence = self._seen[(method, digest)]
             self._seen[(method, digest)] += 1
+        key = acp_request_key(method, digest, occurrence)
+        if self.before_intent is not None and self.journal.lookup(key) is None:
+            self.before_intent()
         begun = self.journal.begin_keyed(
             kind="tool",
             name=method,
-            key=acp_request_key(method, digest, occurrence),
+            key=key,
             input=request,
             replay=self.labels[method],
             store_input=True,

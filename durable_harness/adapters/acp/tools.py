@@ -65,9 +65,15 @@ class AcpReplayPolicy(ReplayPolicy):
 class PermissionHook:
     """``session/request_permission`` and the tool updates, for one launch."""
 
-    def __init__(self, hooks: ToolHooks, denied: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        hooks: ToolHooks,
+        denied: frozenset[str] = frozenset(),
+        served: frozenset[str] = frozenset(),
+    ) -> None:
         self.hooks = hooks
         self.denied = denied
+        self.served = served  # the preset's client_served_tools
         self.names: dict[str, str] = {}  # toolCallId -> the tool's name at its first report
         #: Host tool name -> the ids of its allowed permission requests, oldest first:
         #: the MCP call that follows gets its id (:meth:`take_host_call`).
@@ -97,6 +103,9 @@ class PermissionHook:
         tool_input = use.input if use is not None else tool_call.get("rawInput")
         if name in self.denied:
             return _choose(options, allow=False)
+        if name in self.served:  # its fs/* and terminal/* requests are the journaled steps
+            refused = self.hooks.refusal(call_id, name, tool_input)
+            return _choose(options, allow=refused is None)
         payload = {"tool_use_id": call_id, "tool_name": name, "tool_input": tool_input}
         decision = self.hooks.pre_tool_use(payload)
         allowed = decision["hookSpecificOutput"]["permissionDecision"] == "allow"

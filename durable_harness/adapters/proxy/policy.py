@@ -212,6 +212,8 @@ def _check_body(
         return _refused("'tools' is not a list", 400, "invalid_request_error")
     for tool in _tools(tools or [], table.group_tool):
         kind = tool.get("type") if isinstance(tool, dict) else "?"
+        if kind in table.client_executed and tool.get("execution") == "client":
+            continue
         if (
             kind not in table.client_tools
             and kind not in table.stripped_tools

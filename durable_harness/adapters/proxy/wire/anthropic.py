@@ -54,6 +54,9 @@ TABLE = WireTable(
             "advanced-tool-use-2025-11-20",
             "claude-code-20250219",
             "context-management-2025-06-27",
+            # Claude Code 2.1.332 under claude-code-acp (acp:claude-code): it knows the
+            # model by an alias there, so it sets the effort it already sends as a field.
+            "effort-2025-11-24",
             "interleaved-thinking-2025-05-14",
             "structured-outputs-2025-11-13",
             "thinking-display-updates-2026-08-18",

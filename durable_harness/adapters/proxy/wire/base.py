@@ -42,6 +42,10 @@ class WireTable:
     token_fields: tuple[str, ...]
     #: ``tools[i].type`` values of tools the client runs itself (``None``: no type given).
     client_tools: frozenset[str | None]
+    #: Tool types that run at the provider unless the tool says ``"execution": "client"``,
+    #: which the client then runs itself (the Responses API's ``tool_search``: Codex
+    #: searches its own deferred tools with it).
+    client_executed: frozenset[str] = frozenset()
     #: Fields allowed only when false (``store``: nothing kept on the harness's account).
     off_fields: frozenset[str] = frozenset()
     #: A tool type that groups tools (each checked as a tool): Codex's ``namespace``.

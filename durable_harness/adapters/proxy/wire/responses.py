@@ -54,6 +54,8 @@ TABLE = WireTable(
     ),
     token_fields=("max_output_tokens",),
     client_tools=frozenset({"function", "custom"}),
+    # codex-acp (Codex core 0.137.0, acp:codex) declares it for every model it knows.
+    client_executed=frozenset({"tool_search"}),
     off_fields=frozenset({"store"}),
     group_tool="namespace",
     stripped_tools=frozenset({"web_search"}),
