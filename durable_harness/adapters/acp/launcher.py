@@ -49,6 +49,7 @@ from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.cli.docker_host import DockerCliHost
 from durable_harness.adapters.cli.hooks import ToolHooks
 from durable_harness.adapters.cli.host import CliHost, CliRun, HostCliHost
+from durable_harness.adapters.cli.jobs import xdg_env
 from durable_harness.adapters.cli.launches import LaunchPlan, close_interrupted
 from durable_harness.adapters.cli.ledger import ToolLedger
 from durable_harness.adapters.cli.mcp import TOOL_USE_META, HostToolServer
@@ -213,7 +214,7 @@ class AcpLauncher:
             )
             if restored is not None:
                 files.update(restored.files)
-            env = {**_xdg(home), **env}
+            env = {**xdg_env(home), **env}
             talk = Conversation(
                 message=plan.message,
                 workspace=host.workspace,
@@ -291,16 +292,6 @@ def _initialize_timeout(preset: AcpPreset) -> float:
     except ValueError:
         ceiling = preset.initialize_timeout
     return max(0.1, min(ceiling, preset.initialize_timeout))
-
-
-def _xdg(home: str) -> dict[str, str]:
-    return {
-        "HOME": home,
-        "XDG_CONFIG_HOME": f"{home}/.config",
-        "XDG_DATA_HOME": f"{home}/.local/share",
-        "XDG_CACHE_HOME": f"{home}/.cache",
-        "XDG_STATE_HOME": f"{home}/.local/state",
-    }
 
 
 def _with_call_ids(server: HostToolServer, permissions: PermissionHook) -> Any:

@@ -1,5 +1,5 @@
-"""The names every worker derives alike for a CLI launch (its job id, its proxy token) and
-the host folder of a host run."""
+"""The names every worker derives alike for a CLI launch (its job id, its proxy token, the
+XDG folders of its private HOME) and the host folder of a host run."""
 
 from __future__ import annotations
 
@@ -46,3 +46,14 @@ def workspace_of(config: Mapping[str, Any] | TurnConfig, agent: str = "claude-co
 def job_id(turn_id: str, number: int) -> str:
     """The id of launch ``number`` of a turn: the same on every worker."""
     return f"{turn_id}-launch{number}"
+
+
+def xdg_env(home: str) -> dict[str, str]:
+    """HOME and the XDG folders, all under ``home`` (a launch's private HOME)."""
+    return {
+        "HOME": home,
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_STATE_HOME": f"{home}/.local/state",
+    }

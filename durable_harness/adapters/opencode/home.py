@@ -13,6 +13,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from durable_harness.adapters.cli.jobs import xdg_env
 from durable_harness.adapters.cli.mcp import SERVER_NAME
 from durable_harness.adapters.opencode.provider import opencode_npm
 from durable_harness.sandbox.agent_user import agent_env
@@ -25,7 +26,6 @@ __all__ = [
     "base_env",
     "home_files",
     "prepare_home",
-    "xdg_env",
 ]
 
 #: The one OpenCode version this adapter's rules were measured on (scripts/setup).
@@ -157,17 +157,6 @@ def home_files(
         "DURABLE_HARNESS_ENDPOINT": f"{home}/{ENDPOINT_FILE}",
     }
     return files, env
-
-
-def xdg_env(home: str) -> dict[str, str]:
-    """HOME and the XDG folders, all under ``home``."""
-    return {
-        "HOME": home,
-        "XDG_CONFIG_HOME": f"{home}/.config",
-        "XDG_DATA_HOME": f"{home}/.local/share",
-        "XDG_CACHE_HOME": f"{home}/.cache",
-        "XDG_STATE_HOME": f"{home}/.local/state",
-    }
 
 
 def base_env(home: Path) -> dict[str, str]:
