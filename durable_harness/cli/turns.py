@@ -73,8 +73,9 @@ def register(sub: Subparsers) -> Commands:
     run.add_argument(
         "--base-url",
         help="model endpoint; default: env ANTHROPIC_BASE_URL for the agents on the Anthropic "
-        "Messages API (builtin, claude-code, opencode, pi), env OPENAI_BASE_URL for codex "
-        "(OpenAI's API; its key OPENAI_API_KEY); a worker elsewhere runs the turn only if "
+        "Messages API (builtin, claude-code, opencode, pi, acp:opencode, acp:claude-code), "
+        "env OPENAI_BASE_URL for codex and acp:codex (OpenAI's API; its key "
+        "OPENAI_API_KEY); a worker elsewhere runs the turn only if "
         "it is its own or in its DURABLE_HARNESS_ALLOWED_BASE_URLS",
     )
     run.add_argument(

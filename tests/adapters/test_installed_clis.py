@@ -9,6 +9,7 @@ lookup and the refusal, not the CLIs (test_installed_wheel.py installs the real 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -93,6 +94,7 @@ def test_base_url_help_names_the_variable_each_agent_reads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from durable_harness.adapters import ADAPTERS
+    from durable_harness.adapters.acp.preset import AcpPreset, resolve_upstream
     from durable_harness.adapters.cli.spec import CliSpec
     from durable_harness.cli import build_parser
     from durable_harness.harness.model import resolve_endpoint
@@ -109,14 +111,19 @@ def test_base_url_help_names_the_variable_each_agent_reads(
     help_text = " ".join(str(action.help).split())
     # Each "env X_BASE_URL for …" up to the next one: the agents it names.
     segments = re.findall(r"env (\w+_BASE_URL) (.*?)(?=env \w+_BASE_URL|; a worker)", help_text)
-    named = {env: set(re.findall(r"[\w-]+", text)) for env, text in segments}
+    named = {env: set(re.findall(r"[\w:-]+", text)) for env, text in segments}
     assert set(named) == {"ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"}, help_text
     for agent, target in ADAPTERS.items():
         if agent == "custom":  # a program's own loop: it has no endpoint of ours
             continue
         module, _, name = target.partition(":")
         found = getattr(importlib.import_module(module), name)
-        upstream = found.upstream if isinstance(found, CliSpec) else resolve_endpoint
+        if isinstance(found, CliSpec):
+            upstream = found.upstream
+        elif isinstance(found, AcpPreset):
+            upstream = functools.partial(resolve_upstream, found.wire)
+        else:
+            upstream = resolve_endpoint
         env = read[upstream(None)[0]]
         assert agent in named.get(env, set()), (agent, env, help_text)
 

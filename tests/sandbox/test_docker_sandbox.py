@@ -264,7 +264,8 @@ def test_restore_only_when_the_workspace_lacks_the_snapshot(session: str, tmp_pa
 
 
 def test_the_image_has_every_pinned_cli(box: DockerSandbox) -> None:
-    """The agent image holds the four CLIs at the versions the shipped package.json pins."""
+    """The agent image holds the CLIs and ACP agents at the versions the shipped package.json
+    pins."""
     import json
 
     pins = json.loads((IMAGE_DIR / "tools/npm/package.json").read_text())
@@ -273,8 +274,20 @@ def test_the_image_has_every_pinned_cli(box: DockerSandbox) -> None:
         "@openai/codex": "codex",
         "opencode-ai": "opencode",
         "@mariozechner/pi-coding-agent": "pi",
+        "@zed-industries/claude-code-acp": "claude-code-acp",
+        "@zed-industries/codex-acp": "codex-acp",
     }
     assert set(pins["dependencies"]) == set(binaries)
+    # The ACP agents have no --version (one speaks ACP whatever its arguments, the other
+    # refuses the flag): their installed package.json says the version.
+    acp_agents = {"@zed-industries/claude-code-acp", "@zed-industries/codex-acp"}
     for package, version in pins["dependencies"].items():
-        out = box.bash(f"PI_OFFLINE=1 {binaries[package]} --version </dev/null 2>&1", timeout=120)
+        if package in acp_agents:
+            command = (
+                f"command -v {binaries[package]} >/dev/null && "
+                f"grep -m1 '\"version\"' /opt/agent-clis/node_modules/{package}/package.json"
+            )
+        else:
+            command = f"PI_OFFLINE=1 {binaries[package]} --version </dev/null 2>&1"
+        out = box.bash(command, timeout=120)
         assert out.exit_code == 0 and version in out.stdout, (package, out)

@@ -16,7 +16,7 @@ from typing import Any
 
 from durable_harness.adapters.acp.docker import stop_job
 from durable_harness.adapters.acp.launcher import AcpLauncher
-from durable_harness.adapters.acp.preset import AcpPreset
+from durable_harness.adapters.acp.preset import AcpPreset, resolve_upstream
 from durable_harness.adapters.acp.tools import AcpConfig
 from durable_harness.adapters.acp.version import check_version, find_agent
 from durable_harness.adapters.base import Adapter, TurnRun
@@ -29,7 +29,6 @@ from durable_harness.adapters.push_tool import GIT_PUSH
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, TurnConfig
 from durable_harness.core.types import StepStatus
-from durable_harness.harness.model import resolve_endpoint
 from durable_harness.harness.tools import load_user_tools
 from durable_harness.harness.waits import WAIT_TOOL_NAMES
 
@@ -50,7 +49,7 @@ class AcpAdapter(Adapter):
         docker = check_where(turn, self.name, docker_only=preset.docker_only)
         load_user_tools(turn.tools, [*WAIT_TOOL_NAMES, GIT_PUSH])
         AcpConfig.parse(turn.agent_config, "in the turn")
-        resolve_endpoint(turn.base_url)
+        resolve_upstream(preset.wire, turn.base_url)
         if docker:
             from durable_harness.sandbox import open_sandbox
 

@@ -34,6 +34,7 @@ from durable_harness.adapters.acp.docker import start_in_docker
 from durable_harness.adapters.acp.preset import (
     AcpHome,
     AcpPreset,
+    resolve_upstream,
     turn_model,
     wire_canonicalizer,
     wire_path,
@@ -66,7 +67,7 @@ from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallback
 from durable_harness.adapters.push_tool import GIT_PUSH, push_tools
 from durable_harness.core.errors import DurableHarnessError, TurnCancelled
 from durable_harness.core.sandbox import Sandbox
-from durable_harness.harness.model import is_loopback, resolve_endpoint
+from durable_harness.harness.model import is_loopback
 from durable_harness.harness.tools import Tool, load_user_tools
 from durable_harness.harness.waits import WAIT_TOOL_NAMES
 
@@ -172,7 +173,7 @@ class AcpLauncher:
         server = HostToolServer(
             journal, self.tools, turn.session_id, self.gate.signal_secret, self.ledger
         )
-        url, key = resolve_endpoint(self.turn_config.base_url)
+        url, key = resolve_upstream(preset.wire, self.turn_config.base_url)
 
         def on_request(body: dict[str, Any]) -> None:
             view = anthropic_view(body)

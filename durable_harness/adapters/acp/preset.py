@@ -27,12 +27,15 @@ from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
 from durable_harness.core.settings import Settings
+from durable_harness.harness.model import resolve_endpoint
 
 __all__ = [
+    "OPENAI_DEFAULT_URL",
     "AcpHome",
     "AcpPreset",
     "HomeBuilder",
     "Wire",
+    "resolve_upstream",
     "turn_model",
     "wire_canonicalizer",
     "wire_path",
@@ -40,6 +43,8 @@ __all__ = [
 
 #: The model API an agent speaks to the proxy.
 Wire = Literal["anthropic", "responses", "chat"]
+#: Where an OpenAI-API agent's calls go when neither the turn nor OPENAI_BASE_URL says.
+OPENAI_DEFAULT_URL = "https://api.openai.com"
 
 
 @dataclass(frozen=True)
@@ -135,3 +140,13 @@ def wire_canonicalizer(preset: AcpPreset, home: AcpHome) -> Canonicalizer:
     if preset.wire == "chat":
         return ChatCanonicalizer(f"acp-{preset.name}")
     return AnthropicMessagesCanonicalizer()
+
+
+def resolve_upstream(wire: Wire, base_url: str | None) -> tuple[str, str]:
+    """``(base_url, api_key)`` of the upstream a preset's model calls go to, with the
+    harness's own key: ``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY`` for the Anthropic wire,
+    ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` for Responses and Chat (as for codex)."""
+    if wire == "anthropic":
+        return resolve_endpoint(base_url)
+    url, key = resolve_endpoint(base_url, "OPENAI", OPENAI_DEFAULT_URL)
+    return url.rstrip("/").removesuffix("/v1"), key
