@@ -72,7 +72,7 @@ def cmd_setup_agents(args: argparse.Namespace) -> int:
 def cmd_sandbox(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from durable_harness.sandbox import docker_image
+    from durable_harness.sandbox import docker_admin, docker_image
 
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.sandbox_command == "build" and args.image:
@@ -99,10 +99,10 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
         done = "up to date" if result.cached else f"built in {result.seconds:.0f}s"
         print(f"{result.image}: {done}, {result.size / 1e6:.0f} MB")
     elif args.sandbox_command == "ls":
-        for row in docker_image.list_sandboxes():
+        for row in docker_admin.list_sandboxes():
             print(f"{row['session']:<28}  {row['status']:<8}  {row['created']}  {row['container']}")
     else:
         for session in args.sessions:
-            n = docker_image.remove_sandbox(session)
+            n = docker_admin.remove_sandbox(session)
             print(f"{session}: {'removed' if n else 'no sandbox'}")
     return 0

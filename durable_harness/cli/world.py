@@ -171,7 +171,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         checks = world.doctor()
     for check in checks:
         print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
-    from durable_harness.sandbox.docker_image import sandbox_checks
+    from durable_harness.sandbox.docker_admin import sandbox_checks
 
     # Informational: only --workspace docker and the claude-code/codex agents need Docker.
     print("Docker sandbox (--workspace docker, claude-code, codex):")

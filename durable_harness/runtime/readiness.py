@@ -18,7 +18,7 @@ from pathlib import Path
 from durable_harness.adapters import ADAPTERS
 from durable_harness.adapters.cli.host import HostCliHost, locate_cli
 from durable_harness.adapters.cli.spec import CliSpec
-from durable_harness.sandbox.docker_image import image_state
+from durable_harness.sandbox.docker_admin import image_state
 
 __all__ = ["AgentReadiness", "agent_readiness", "format_readiness"]
 
