@@ -58,8 +58,19 @@ def in_threads(n: int, work: Callable[[int], Any]) -> list[Any]:
     return results
 
 
-def counting_lost_races(put: Callable[..., Doc], lost: list[str]) -> Callable[..., Doc]:
+def counting_lost_races(
+    put: Callable[..., Doc], lost: list[str], together: threading.Barrier
+) -> Callable[..., Doc]:
+    """``put`` that counts the creates lost to another client. A client's first put waits
+    for every other client's, so that all of them race for seq 1: threads released at once
+    may still run one after the other on a loaded machine, and then nothing races."""
+    waited = False
+
     def counted(key: str, data: dict[str, Any], **conditions: Any) -> Doc:
+        nonlocal waited
+        if not waited:
+            waited = True
+            together.wait(timeout=30)
         try:
             return put(key, data, **conditions)
         except Precondition:
@@ -81,8 +92,10 @@ def test_clients_racing_with_the_same_keys_store_each_once(
     clients = [opened() for _ in range(6)]
     keys = [f"k{n}" for n in range(20)]
     lost: list[str] = []
+    together = threading.Barrier(len(clients))
     for client in clients:
-        client._store.put = counting_lost_races(client._store.put, lost)  # type: ignore[method-assign]
+        counted = counting_lost_races(client._store.put, lost, together)
+        client._store.put = counted  # type: ignore[method-assign]
 
     def append_all(i: int) -> list[Event]:
         order = keys if i % 2 == 0 else random.Random(i).sample(keys, len(keys))
