@@ -156,7 +156,7 @@ def own_endpoints() -> list[str]:
     """The endpoints this worker is configured with: a turn naming one gets what it gets
     without naming any."""
     from durable_harness.adapters.codex.setup import DEFAULT_BASE_URL as OPENAI_DEFAULT
-    from durable_harness.harness.model import DEFAULT_BASE_URL as ANTHROPIC_DEFAULT
+    from durable_harness.harness.endpoint import DEFAULT_BASE_URL as ANTHROPIC_DEFAULT
 
     return [
         os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT,

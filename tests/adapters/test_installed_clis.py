@@ -97,7 +97,7 @@ def test_base_url_help_names_the_variable_each_agent_reads(
     from durable_harness.adapters.acp.preset import AcpPreset, resolve_upstream
     from durable_harness.adapters.cli.spec import CliSpec
     from durable_harness.cli import build_parser
-    from durable_harness.harness.model import resolve_endpoint
+    from durable_harness.harness.endpoint import resolve_endpoint
 
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1001")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1002")

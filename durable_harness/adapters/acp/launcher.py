@@ -67,7 +67,7 @@ from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallback
 from durable_harness.adapters.push_tool import GIT_PUSH, push_tools
 from durable_harness.core.errors import DurableHarnessError, TurnCancelled
 from durable_harness.core.sandbox import Sandbox
-from durable_harness.harness.model import is_loopback
+from durable_harness.harness.endpoint import is_loopback
 from durable_harness.harness.tools import Tool, load_user_tools
 from durable_harness.harness.waits import WAIT_TOOL_NAMES
 

@@ -27,7 +27,7 @@ from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
 from durable_harness.core.settings import Settings
-from durable_harness.harness.model import resolve_endpoint
+from durable_harness.harness.endpoint import resolve_endpoint
 
 __all__ = [
     "OPENAI_DEFAULT_URL",

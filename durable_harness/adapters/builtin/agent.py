@@ -30,8 +30,9 @@ from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import Replay, Step, StepStatus, TurnStatus
 from durable_harness.core.usage import anthropic_usage, model_of
 from durable_harness.core.world import World
+from durable_harness.harness.endpoint import resolve_endpoint
 from durable_harness.harness.journal import Journal, Outcome, decode_output
-from durable_harness.harness.model import ModelClient, resolve_endpoint
+from durable_harness.harness.model import ModelClient
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError, load_user_tools
 from durable_harness.harness.waits import WAIT_TOOL_NAMES, wait_tools
 from durable_harness.harness.workspace import (

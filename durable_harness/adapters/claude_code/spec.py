@@ -42,7 +42,7 @@ from durable_harness.adapters.cli.jobs import workspace_of
 from durable_harness.adapters.cli.mcp import SERVER_NAME, HostToolServer
 from durable_harness.adapters.cli.spec import BeforeIntent, CliSpec, LaunchContext, Wiring
 from durable_harness.adapters.cli.transcript import TranscriptFile
-from durable_harness.harness.model import resolve_endpoint
+from durable_harness.harness.endpoint import resolve_endpoint
 
 __all__ = [
     "CLAUDE_CODE_VERSION",

@@ -69,8 +69,8 @@ from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, TurnConfig
 from durable_harness.core.types import StepStatus
+from durable_harness.harness.endpoint import is_loopback
 from durable_harness.harness.journal import decode_output
-from durable_harness.harness.model import is_loopback
 from durable_harness.harness.tools import Tool, load_user_tools
 from durable_harness.harness.waits import WAIT_TOOL_NAMES
 

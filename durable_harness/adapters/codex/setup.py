@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from durable_harness.core.settings import Settings
-from durable_harness.harness.model import resolve_endpoint
+from durable_harness.harness.endpoint import resolve_endpoint
 
 __all__ = [
     "BIN_ENV",

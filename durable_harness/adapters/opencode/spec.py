@@ -83,7 +83,7 @@ from durable_harness.adapters.opencode.session import (
 from durable_harness.adapters.opencode.tools import HOST_TOOL_PREFIX, CallIds, OpenCodeHostTools
 from durable_harness.core.errors import DurableHarnessError, ModelError, TurnFailed
 from durable_harness.core.types import Replay, Step
-from durable_harness.harness.model import resolve_endpoint
+from durable_harness.harness.endpoint import resolve_endpoint
 
 __all__ = [
     "OPENCODE_VERSION",

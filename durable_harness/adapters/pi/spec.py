@@ -52,8 +52,8 @@ from durable_harness.adapters.pi.session import pi_session_facts
 from durable_harness.core.errors import DurableHarnessError, ModelError, TurnFailed
 from durable_harness.core.keys import tool_key
 from durable_harness.core.types import Replay, StepStatus
+from durable_harness.harness.endpoint import resolve_endpoint
 from durable_harness.harness.journal import decode_output
-from durable_harness.harness.model import resolve_endpoint
 
 __all__ = ["PI_VERSION", "SPEC", "PiReplayPolicy", "find_pi", "recorded_results"]
 
