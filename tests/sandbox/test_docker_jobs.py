@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ LIMITS = {"memory": "256m", "pids": 128, "cpus": 1.0}
 # A worker process: start the job (unless some worker did), then follow it to its end.
 WORKER = """
 import sys
+import threading
 from durable_harness.sandbox.docker import DockerSandbox
 box = DockerSandbox(sys.argv[1], memory="256m", pids=128, cpus=1.0)
 started = box.jobs.start("cli-1", sys.argv[2])
@@ -118,3 +120,43 @@ def test_a_job_whose_container_restarted_is_lost_not_restarted(session: str) -> 
         assert list(box.jobs.follow("cli")) == []
         assert not box.jobs.start("cli", "echo run >> runs; sleep 300")
         assert box.read("runs") == "run\n"
+
+
+# Leaves 40 daemons of its own for its end to kill (each in a session of its own).
+LEAVES_DAEMONS = "for i in $(seq 40); do setsid sleep 600 & done; sleep 0.3"
+
+
+def test_a_contained_jobs_end_spares_the_harness_execs_entering(session: str) -> None:
+    """A contained job's end kills every process started during its life (its daemons here)
+    but not a harness ``docker exec`` entering the container meanwhile: runc's init is not
+    yet a session leader then (ppid 0, its session outside); a reap that killed it made
+    the exec fail ("error executing setns process"). Two threads run execs back to back
+    across ten such ends. The window is short: a guard, it did not catch the race before
+    the fix on a loaded 2-CPU machine."""
+    failed: list[str] = []
+    ran = 0
+    stop = threading.Event()
+    with DockerSandbox(session, memory="256m", pids=256, cpus=1.0) as box:
+        box.exec("true")
+
+        def execs() -> None:
+            nonlocal ran
+            while not stop.is_set():
+                result = box.exec("echo ok")
+                ran += 1
+                if result.exit_code != 0 or result.stdout != b"ok\n":
+                    failed.append(f"{result.exit_code} {(result.stdout + result.stderr)!r}")
+
+        threads = [threading.Thread(target=execs) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        try:
+            for n in range(10):
+                box.jobs.start(f"daemons-{n}", LEAVES_DAEMONS, contain=True)
+                assert box.jobs.wait(f"daemons-{n}", timeout=30).exit_code == 0
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=60)
+        assert "sleep 600" not in box.bash("ps -eo args").stdout  # every daemon was killed
+    assert ran > 20 and failed == [], (ran, failed)

@@ -97,26 +97,27 @@ class DockerAgent:
     async def stop(self) -> int | None:
         with contextlib.suppress(OSError):
             self._writer.close()
-        await asyncio.to_thread(stop_job, self.host, self.job)
+        with contextlib.suppress(SandboxError, SandboxUnavailable):
+            # The next launch checks again (stop_job raises there) before it starts.
+            await asyncio.to_thread(stop_job, self.host, self.job)
         return await asyncio.to_thread(lambda: self.returncode)
 
 
 def job_stderr(host: DockerCliHost, job: str, chars: int) -> str:
-    """The end of launch ``job``'s stderr ("" when it cannot be read)."""
+    """The end of launch ``job``'s stderr, or why it could not be read."""
     try:
         data = host.sandbox.jobs.read_output(job, 0, "stderr")
-    except (SandboxError, SandboxUnavailable):
-        return ""
+    except (SandboxError, SandboxUnavailable) as exc:
+        return f"(its stderr could not be read: {exc})"
     return data.decode("utf-8", "replace")[-chars:]
 
 
 def stop_job(host: DockerCliHost, job: str) -> None:
-    """Kill launch ``job`` (and what it started) if it still runs."""
-    with contextlib.suppress(SandboxError, SandboxUnavailable):
-        status = host.sandbox.jobs.status(job)
-        if status.state in ("starting", "running"):
-            host.sandbox.jobs.kill(job, "KILL")
-            host.sandbox.jobs.wait(job, timeout=10)
+    """Kill launch ``job`` if it still runs, and return once its supervisor has recorded
+    its end: the launch is contained, and when it ends its supervisor kills every process
+    started during its life, so a next launch started before then would die with it.
+    SandboxError (or SandboxUnavailable) when that end cannot be confirmed."""
+    host.sandbox.jobs.stop(job)
 
 
 async def start_in_docker(
@@ -172,7 +173,8 @@ async def start_in_docker(
             reader, writer = await asyncio.wait_for(accepted, connect_timeout)
         except TimeoutError:
             tail = job_stderr(host, job, 500).strip() or "nothing on stderr"
-            await asyncio.to_thread(stop_job, host, job)
+            with contextlib.suppress(SandboxError, SandboxUnavailable):
+                await asyncio.to_thread(stop_job, host, job)
             raise DurableHarnessError(
                 f"the agent's launch in the container did not connect within "
                 f"{connect_timeout:g} s: {tail}"

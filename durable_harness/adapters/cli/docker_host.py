@@ -273,5 +273,4 @@ class _DockerRun(CliRun):
 
     def kill(self) -> None:
         with contextlib.suppress(SandboxUnavailable, SandboxError):
-            self.sandbox.jobs.kill(self.job_id, "KILL")
-            self.sandbox.jobs.wait(self.job_id, timeout=10)
+            self.sandbox.jobs.stop(self.job_id)

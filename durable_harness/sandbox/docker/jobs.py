@@ -109,16 +109,17 @@ class DetachedJobs:
         answer = result.stdout.decode(errors="replace").strip()
         if result.exit_code != 0 or answer not in ("started", "existing"):
             raise SandboxError(
-                f"starting job {job_id} failed (exit code {result.exit_code}): "
-                f"{result.stderr.decode(errors='replace')[-500:]}"
+                f"starting job {job_id} failed (exit code {result.exit_code}): {_said(result)}"
             )
         return answer == "started"
 
     def status(self, job_id: str) -> JobStatus:
-        result = self.sandbox.exec(sh.JOB_STATUS, _check_id(job_id))
+        result = _checked(
+            self.sandbox.exec(sh.JOB_STATUS, _check_id(job_id)), "reading job", job_id
+        )
         fields = result.stdout.decode(errors="replace").split()
-        if result.exit_code != 0 or len(fields) != 4:
-            raise SandboxError(f"reading job {job_id} failed: {result.stderr.decode()[-500:]}")
+        if len(fields) != 4:
+            raise SandboxError(f"reading job {job_id} failed: {_said(result)}")
         state, code, out, err = fields
         return JobStatus(
             job_id,
@@ -137,7 +138,7 @@ class DetachedJobs:
         result = self.sandbox.exec(
             sh.JOB_OUTPUT, _check_id(job_id), stream, str(offset), "now", max_output=1 << 31
         )
-        return result.stdout
+        return _checked(result, f"reading the {stream} of job", job_id).stdout
 
     def follow(
         self,
@@ -182,4 +183,44 @@ class DetachedJobs:
         the exit status, 128 + the signal's number)."""
         if not re.fullmatch(r"[A-Z0-9]+", signal):
             raise SandboxError(f"invalid signal name {signal!r}")
-        self.sandbox.exec(sh.JOB_KILL, _check_id(job_id), signal)
+        _checked(self.sandbox.exec(sh.JOB_KILL, _check_id(job_id), signal), "killing job", job_id)
+
+    def stop(self, job_id: str, timeout: float = 30.0) -> JobStatus:
+        """Kill the job's process group and wait until its supervisor has written the exit
+        status: only then has it also killed what the job started (a contained job kills
+        every process started during its life, so a job started before that would die with
+        it). SandboxError when it is still running after ``timeout`` seconds."""
+        status = self.status(job_id)
+        if status.finished or status.state == "missing":
+            return status
+        self.kill(job_id, "KILL")
+        status = self.wait(job_id, timeout)
+        if not (status.finished or status.state == "missing"):
+            raise SandboxError(
+                f"job {job_id} in session {self.sandbox.session_id} was killed but its "
+                f"supervisor did not record its end within {timeout:g} s"
+            )
+        return status
+
+
+def _said(result: docker_exec.ExecResult) -> str:
+    """What a failed exec printed: its stderr, else its stdout (where Docker puts the
+    runtime's own error, e.g. "OCI runtime exec failed")."""
+    text = (result.stderr or result.stdout).decode(errors="replace").strip()
+    return text[-500:] or "nothing on stdout or stderr"
+
+
+def _checked(result: docker_exec.ExecResult, what: str, job_id: str) -> docker_exec.ExecResult:
+    """``result`` when the exec ran its script to exit code 0; SandboxError naming what
+    happened otherwise (an exec that never started prints the runtime's error instead of
+    the job's output, which must not be taken for it)."""
+    if result.exit_code != 0:
+        code = (
+            "timed out"
+            if result.timed_out
+            else "no exit code"
+            if result.exit_code is None
+            else f"exit code {result.exit_code}"
+        )
+        raise SandboxError(f"{what} {job_id} failed ({code}): {_said(result)}")
+    return result

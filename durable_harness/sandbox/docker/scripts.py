@@ -62,7 +62,8 @@ mkdir -p -- "${{p%/*}}" && exec cat > "$p"
 # leader of every session but the caller's before the command; __dh_reap, after it, kills
 # every process that is not one of those and is not a member of a session whose leader
 # is one of those (other detached jobs' children) or a `docker exec` (its parent is pid
-# 0: the harness's own concurrent commands; nothing in the container can make one). A
+# 0: the harness's own concurrent commands; nothing in the container can make one), nor
+# a `docker exec` still entering the container (its own parent is pid 0). A
 # member counts only if it started after its leader (a session id is a pid, and pids are
 # reused: a session from before a leader's pid was taken again is not that leader's).
 # The caller's own session is not spared. Builtins only (a fork may fail at the pid
@@ -100,6 +101,11 @@ __dh_reap() {
       [ "$p" = "$$" ] && continue
       __dh_stat "$p" || continue
       [ "$__st_state" = Z ] && continue  # dead already, its parent not yet told
+      # A `docker exec` entering: runc's init is its parent's child outside the container
+      # (ppid 0) and not yet a session leader (its session is outside too: sid 0) until
+      # just before it runs the command; killed then, the harness's exec fails ("error
+      # executing setns process"). Nothing started inside the container has ppid 0.
+      [ "$__st_ppid" = 0 ] && continue
       sid=$__st_sid start=$__st_start
       [ "${__dh_old[$p]}" = "$start" ] && continue
       __dh_spared "$sid" "$start" && continue
