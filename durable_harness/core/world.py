@@ -501,7 +501,7 @@ class Retention(abc.ABC):
     Not a facet of :class:`World`: a backend opts in (the S3+SQS World does not yet), and
     ``gc`` refuses a World without it. A backend that has it makes ``put_blob`` *touch*
     a blob it finds already stored (its ``touched_at`` becomes now), atomically with
-    :meth:`delete_blob`: a reuse either lands before the delete (which then keeps the
+    :meth:`delete_blobs`: a reuse either lands before the delete (which then keeps the
     blob) or after it (``put_blob`` then writes the blob again). That is what lets a turn
     reuse a deduplicated blob while ``gc`` sweeps.
     """
@@ -529,10 +529,10 @@ class Retention(abc.ABC):
         """Every stored blob, in no particular order."""
 
     @abc.abstractmethod
-    def delete_blob(self, digest: str, touched_before: float) -> int | None:
-        """Delete the blob unless it was touched at or after ``touched_before`` (checked
-        atomically with the delete, against ``put_blob``'s touch); the bytes freed, or
-        ``None`` if it was kept or is gone."""
+    def delete_blobs(self, digests: Sequence[str], touched_before: float) -> dict[str, int]:
+        """Delete each blob unless it was touched at or after ``touched_before`` (checked
+        atomically with each delete, against ``put_blob``'s touch); the bytes freed per
+        deleted digest (a blob kept or already gone is left out)."""
 
 
 _DIGEST_RUN = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")

@@ -13,7 +13,7 @@ A mark and sweep over a World that keeps :class:`~durable_harness.core.world.Ret
    run counts, so a blob the journal names in a way this module does not know is kept.
 3. **Sweep.** A blob is deleted only if it is unmarked *and* untouched since
    ``now - grace``, checked by the World atomically with ``put_blob``'s touch
-   (``Retention.delete_blob``).
+   (``Retention.delete_blobs``).
 
 Why this is safe while turns run. A blob is named by the journal only after ``put_blob``
 returned, and ``put_blob`` of a blob already stored touches it. A turn that reuses a
@@ -38,6 +38,8 @@ from durable_harness.core.world import Retention, World, digests_in
 
 #: Blobs untouched for less than this are never swept (see the module docstring).
 DEFAULT_GRACE_SECONDS = 6 * 3600.0
+#: Blobs deleted per request of the sweep.
+SWEEP_BATCH = 500
 #: How often a long run reports its progress.
 PROGRESS_SECONDS = 5.0
 
@@ -132,16 +134,21 @@ def collect(
     if after_mark is not None:
         after_mark()
     cutoff = now - grace
+    doomed: list[str] = []
     for info in world.list_blobs():
         if info.digest in marked or info.touched_at >= cutoff:
             report.blobs_kept += 1
-            continue
-        freed = info.size if dry_run else world.delete_blob(info.digest, cutoff)
-        if freed is None:
-            report.blobs_kept += 1  # touched since the listing: a turn reuses it
-        else:
+        elif dry_run:
             report.blobs += 1
-            report.blob_bytes += freed
+            report.blob_bytes += info.size
+        else:
+            doomed.append(info.digest)
+    for start in range(0, len(doomed), SWEEP_BATCH):
+        batch = doomed[start : start + SWEEP_BATCH]
+        freed = world.delete_blobs(batch, cutoff)
+        report.blobs += len(freed)
+        report.blob_bytes += sum(freed.values())
+        report.blobs_kept += len(batch) - len(freed)  # touched since the listing: reused
         say(lambda: f"gc: {report.blobs} blobs ({report.blob_bytes} bytes) swept so far")
     report.seconds = time.monotonic() - started
     return report

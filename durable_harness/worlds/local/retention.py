@@ -9,7 +9,7 @@ session, so a turn is never created on a session that is being removed.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 
 from durable_harness.core.world import BlobInfo, Dropped, Retention, digests_in
 from durable_harness.worlds.local.blobs import BlobFolder
@@ -100,8 +100,9 @@ class LocalRetention(Retention):
     def list_blobs(self) -> Iterator[BlobInfo]:
         return self._blobs.list()
 
-    def delete_blob(self, digest: str, touched_before: float) -> int | None:
-        return self._blobs.delete(digest, touched_before)
+    def delete_blobs(self, digests: Sequence[str], touched_before: float) -> dict[str, int]:
+        freed = {d: self._blobs.delete(d, touched_before) for d in digests}
+        return {d: size for d, size in freed.items() if size is not None}
 
 
 def _count(conn: sqlite3.Connection, table: str, column: str, ids: list[str]) -> int:

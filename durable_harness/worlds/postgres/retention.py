@@ -11,7 +11,7 @@ by the row lock (see ``sql.PUT_BLOB``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -58,9 +58,9 @@ WHERE sid <> ALL(%(skip)s)"""
 
 _BLOBS = f"SELECT digest, octet_length(data) AS size, touched_at FROM {_S}.blobs"
 
-_DELETE_BLOB = f"""
-DELETE FROM {_S}.blobs WHERE digest = %s AND touched_at < %s
-RETURNING octet_length(data) AS size"""
+_DELETE_BLOBS = f"""
+DELETE FROM {_S}.blobs WHERE digest = ANY(%s) AND touched_at < %s
+RETURNING digest, octet_length(data) AS size"""
 
 
 class PostgresRetention(PostgresConnections, Retention):
@@ -111,9 +111,11 @@ class PostgresRetention(PostgresConnections, Retention):
         rows = self._run("gc", lambda c, _: db.all_rows(c, _BLOBS))
         return iter([BlobInfo(r["digest"], int(r["size"]), float(r["touched_at"])) for r in rows])
 
-    def delete_blob(self, digest: str, touched_before: float) -> int | None:
-        row = self._run("gc", lambda c, _: db.one_row(c, _DELETE_BLOB, (digest, touched_before)))
-        return None if row is None else int(row["size"])
+    def delete_blobs(self, digests: Sequence[str], touched_before: float) -> dict[str, int]:
+        rows = self._run(
+            "gc", lambda c, _: db.all_rows(c, _DELETE_BLOBS, (list(digests), touched_before))
+        )
+        return {str(row["digest"]): int(row["size"]) for row in rows}
 
 
 def _count(conn: psycopg.Connection[Any], table: str, where: str, args: dict[str, Any]) -> int:
