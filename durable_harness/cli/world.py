@@ -1,5 +1,5 @@
 """The commands that read and poke a World: ``ls``, ``show``, ``signal``, ``cancel``,
-``watch``, ``signal-server``, ``doctor``."""
+``watch``, ``signal-server``, ``doctor``, ``gc``."""
 
 from __future__ import annotations
 
@@ -82,6 +82,26 @@ def register(sub: Subparsers) -> Commands:
         ),
     )
     world_flags(doctor)
+
+    gc = sub.add_parser(
+        "gc",
+        help="remove what finished sessions older than AGE no longer need (operator only)",
+        description=(
+            "Removes every session whose turns all ended and which saw no activity for AGE: "
+            "its turns, journals, events, signals and records, then every blob that nothing "
+            "kept names (a live turn's and a newer session's blobs stay, and so does any "
+            "blob touched within DURABLE_HARNESS_GC_GRACE_SECONDS, 6 h by default). Prints "
+            "what it removed (counts, bytes); a progress line every 5 s on stderr on a long "
+            "run. Workers run it themselves with DURABLE_HARNESS_GC_OLDER_THAN set. Docker "
+            "sandboxes of ended sessions: `durable-harness sandbox prune`."
+        ),
+    )
+    gc.add_argument(
+        "--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, or seconds"
+    )
+    gc.add_argument("--dry-run", action="store_true", help="count what would go; remove nothing")
+    gc.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    world_flags(gc)
     return {
         "ls": cmd_ls,
         "show": cmd_show,
@@ -90,6 +110,7 @@ def register(sub: Subparsers) -> Commands:
         "signal-server": cmd_signal_server,
         "watch": cmd_watch,
         "doctor": cmd_doctor,
+        "gc": cmd_gc,
     }
 
 
@@ -183,3 +204,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print("Agents (binary: where the host one is found; image: the Docker sandbox's):")
     print(format_readiness(agent_readiness()))
     return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    import dataclasses
+    import sys
+
+    from durable_harness.runtime.gc import collect, parse_age
+
+    older_than = parse_age(args.older_than)
+    settings = settings_of(args)
+    with open_configured(settings) as world:
+        report = collect(
+            world,
+            older_than,
+            dry_run=args.dry_run,
+            grace=settings.gc_grace_seconds,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    print(json.dumps(dataclasses.asdict(report)) if args.json else report.line())
+    return 0

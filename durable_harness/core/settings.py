@@ -83,6 +83,12 @@ class Settings(EnvSettings):
     #: How often a model step's streamed text is appended to the turn's event log (one
     #: ``text.delta`` per interval at most): lower is livelier, higher writes less.
     event_flush_seconds: float = Field(default=0.05, gt=0, le=10)
+    #: A worker runs ``gc`` (runtime/gc.py) every ``gc_every_seconds`` when this is set:
+    #: finished sessions idle for this many seconds are removed. None: workers never do.
+    gc_older_than: float | None = Field(default=None, ge=0)
+    gc_every_seconds: float = Field(default=3600.0, gt=0)
+    #: A blob touched within this many seconds is never swept: longer than any step.
+    gc_grace_seconds: float = Field(default=6 * 3600.0, ge=0)
     model: str = "claude-sonnet-4-5"
     max_tokens: int = 4096
     max_model_calls: int = 50

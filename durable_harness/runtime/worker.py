@@ -101,6 +101,7 @@ class Worker:
         self.tracing = tracing if tracing is not None else telemetry()
         self._stopping = threading.Event()
         self._lock = threading.RLock()
+        self._gc_due = time.monotonic()  # an idle worker with gc_older_than set runs gc
         self._running: tuple[Lease, LeaseKeeper] | None = None  # the turn driven now
 
     def stop(self, reason: str = "the worker is stopping") -> None:
@@ -281,6 +282,7 @@ class Worker:
             if lease is None:
                 if until_idle and not self._work_pending():
                     return driven
+                self._maybe_gc()
                 self.world.wait_for_work(self.settings.poll_seconds)
                 continue
             self.drive(lease)
@@ -288,6 +290,25 @@ class Worker:
         return driven
 
     # -- helpers ---------------------------------------------------------------------
+    def _maybe_gc(self) -> None:
+        """Run ``gc`` when idle, every ``gc_every_seconds``, if the operator set
+        ``gc_older_than`` (a setting of the worker's environment, never of a turn). Two
+        workers' runs at once are safe (each removal and delete re-checks)."""
+        older_than = self.settings.gc_older_than
+        if older_than is None or time.monotonic() < self._gc_due:
+            return
+        self._gc_due = time.monotonic() + self.settings.gc_every_seconds
+        from durable_harness.runtime.gc import collect
+
+        try:
+            report = collect(self.world, older_than, grace=self.settings.gc_grace_seconds)
+        except (WorldError, ConfigError) as exc:
+            self.on_event(
+                f"gc failed ({exc}); trying again in {self.settings.gc_every_seconds:.0f}s"
+            )
+            return
+        self.on_event(report.line())
+
     def _left(self, lease: Lease, why: str, events: TurnEvents) -> str:
         """The lease was lost, or this worker fenced itself: nothing more is written; or
         the worker is stopping: the turn is handed back at once."""

@@ -10,7 +10,8 @@ its facets, one module each: :mod:`.db` (the connection, transactions and migrat
 the fence every lease-holder's write passes), :mod:`.blobs` (the blob folder),
 :mod:`.catalog` (sessions and turns), :mod:`.queue` (the queue, leases and waits, kept in
 the turns table), :mod:`.journal` (the steps), :mod:`.events` (each turn's event log) and
-:mod:`.tenancy` (API tokens, owners, rate counters); :mod:`.schema` is what is stored.
+:mod:`.tenancy` (API tokens, owners, rate counters), :mod:`.retention` (what ``gc``
+removes); :mod:`.schema` is what is stored.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from durable_harness.worlds.local.db import BUSY_TIMEOUT_MS, DB_NAME, OTHER_FOLD
 from durable_harness.worlds.local.events import LocalEvents
 from durable_harness.worlds.local.journal import LocalJournal
 from durable_harness.worlds.local.queue import LocalQueue
+from durable_harness.worlds.local.retention import LocalRetention
 from durable_harness.worlds.local.schema import MIGRATIONS
 from durable_harness.worlds.local.tenancy import LocalTenancy
 
@@ -63,7 +65,9 @@ class LocalSettings(WorldSettings):
         return {"data_dir": self.data_dir}
 
 
-class LocalWorld(LocalCatalog, LocalQueue, LocalJournal, LocalEvents, LocalTenancy, World):
+class LocalWorld(
+    LocalCatalog, LocalQueue, LocalJournal, LocalEvents, LocalTenancy, LocalRetention, World
+):
     """A World in a local folder; see the module docstring for the layout and its facets."""
 
     settings_model: ClassVar[type[WorldSettings]] = LocalSettings

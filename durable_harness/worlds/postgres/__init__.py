@@ -34,7 +34,8 @@ How the contract is kept:
 The World is composed of its facets, one module each: :mod:`.connections` (the pool and
 the retrying ``_run`` every facet's operation goes through), :mod:`.catalog` (blobs,
 sessions, turns), :mod:`.queue` (jobs, leases, waits), :mod:`.journal` (steps),
-:mod:`.events` (the event log) and :mod:`.tenancy` (API tokens, owners, rate counters).
+:mod:`.events` (the event log), :mod:`.tenancy` (API tokens, owners, rate counters) and
+:mod:`.retention` (what ``gc`` removes).
 
 A World must not cross ``fork()``: open it in the process that uses it.
 """
@@ -66,6 +67,7 @@ from durable_harness.worlds.postgres.holder import Holder
 from durable_harness.worlds.postgres.journal import PostgresJournal
 from durable_harness.worlds.postgres.listener import Listener
 from durable_harness.worlds.postgres.queue import CHANNEL, MIN_WAIT_SECONDS, PostgresQueue
+from durable_harness.worlds.postgres.retention import PostgresRetention
 from durable_harness.worlds.postgres.schema import EVENTS_CHANNEL
 from durable_harness.worlds.postgres.tenancy import PostgresTenancy
 
@@ -93,7 +95,13 @@ class PostgresSettings(WorldSettings):
 
 
 class PostgresWorld(
-    PostgresCatalog, PostgresQueue, PostgresJournal, PostgresEventLog, PostgresTenancy, World
+    PostgresCatalog,
+    PostgresQueue,
+    PostgresJournal,
+    PostgresEventLog,
+    PostgresTenancy,
+    PostgresRetention,
+    World,
 ):
     """A World in a PostgreSQL database; see the module docstring for how it works."""
 

@@ -21,7 +21,7 @@ from durable_harness.worlds.postgres import sql
 from durable_harness.worlds.postgres.connections import PostgresConnections
 from durable_harness.worlds.postgres.sql import Row
 
-#: Blobs larger than this are looked up before they are sent, to skip re-sending a duplicate.
+#: Blobs larger than this are touched before they are sent, to skip re-sending a duplicate.
 BLOB_PROBE_BYTES = 64 * 1024
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -34,7 +34,7 @@ class PostgresCatalog(PostgresConnections, BlobStore, Catalog):
         digest = hashlib.sha256(data).hexdigest()
 
         def op(conn: psycopg.Connection[Any], retried: bool) -> str:
-            if len(data) > BLOB_PROBE_BYTES and db.one_row(conn, sql.BLOB_EXISTS, (digest,)):
+            if len(data) > BLOB_PROBE_BYTES and db.one_row(conn, sql.TOUCH_BLOB, (digest,)):
                 return digest
             conn.execute(sql.PUT_BLOB, (digest, data))
             return digest

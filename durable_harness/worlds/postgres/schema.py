@@ -14,7 +14,7 @@ shares a database with other applications without touching their tables::
     api_tokens       serve's tokens: token_id -> tenant, sha256 of the secret, revoked_at
     owners           (kind, item_id) -> the tenant owning a session or turn
     rate_counts      (bucket, window_s, window_no) -> uses counted in that window
-    blobs            content-addressed payloads (bytea), PRIMARY KEY digest
+    blobs            content-addressed payloads (bytea), PRIMARY KEY digest, touched_at
     session_records  (session_id, name) -> blob digest
     turn_view        turns joined with their job: what ``get_turn`` returns
     schema_version   one row per applied migration
@@ -242,6 +242,15 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
         # The advisory lock key of the claiming process's holder connection
         # (worlds/postgres/holder.py): a turn whose holder's lock is free is taken over.
         ("ALTER TABLE durable_harness.jobs ADD COLUMN IF NOT EXISTS holder_key bigint",),
+    ),
+    (
+        "blob touch times",
+        # When put_blob last wrote or reused the blob (worlds/postgres/retention.py): gc
+        # sweeps only blobs untouched since its cutoff. Blobs from before are 0: old.
+        (
+            """ALTER TABLE durable_harness.blobs
+               ADD COLUMN touched_at double precision NOT NULL DEFAULT 0""",
+        ),
     ),
 ]
 

@@ -21,11 +21,17 @@ Row = dict[str, Any]
 _E = TypeVar("_E", TurnStatus, StepStatus)
 
 # -- blobs ----------------------------------------------------------------------------------
+# A blob already stored is touched, not skipped: gc's DELETE ... WHERE touched_at < cutoff
+# and this upsert take the row's lock, so a reuse either lands first (the DELETE, which
+# re-checks its WHERE on the row it waited for, keeps the blob) or inserts it anew.
 PUT_BLOB = """
-INSERT INTO durable_harness.blobs (digest, data) VALUES (%s, %b)
-ON CONFLICT (digest) DO NOTHING"""
+INSERT INTO durable_harness.blobs (digest, data, touched_at)
+VALUES (%s, %b, durable_harness.epoch_now())
+ON CONFLICT (digest) DO UPDATE SET touched_at = EXCLUDED.touched_at"""
 
-BLOB_EXISTS = "SELECT 1 AS found FROM durable_harness.blobs WHERE digest = %s"
+TOUCH_BLOB = """
+UPDATE durable_harness.blobs SET touched_at = durable_harness.epoch_now()
+WHERE digest = %s RETURNING 1 AS found"""
 
 GET_BLOB = "SELECT data FROM durable_harness.blobs WHERE digest = %s"
 
