@@ -58,13 +58,32 @@ def get_adapter(name: str) -> Adapter:
         from durable_harness.adapters.cli.agent import CliAdapter
 
         return CliAdapter(found)
+    if name.startswith("acp:"):
+        from durable_harness.adapters.acp.operator import operator_preset
+
+        preset = operator_preset(name.removeprefix("acp:"))
+        if preset is not None:
+            from durable_harness.adapters.acp.adapter import AcpAdapter
+
+            return AcpAdapter(preset)
     if name in PLANNED:
         raise ConfigError(
             f"agent {name!r} is not available in this version yet; use one of "
             f"{', '.join(AVAILABLE)}"
         )
     coming = f" (coming: {', '.join(PLANNED)})" if PLANNED else ""
-    raise ConfigError(f"unknown agent {name!r}: choose one of {', '.join(AVAILABLE)}{coming}")
+    theirs = ""
+    if name.startswith("acp:"):
+        from durable_harness.adapters.acp.operator import ACP_AGENTS_ENV, operator_agents
+
+        names = [f"acp:{n}" for n in operator_agents()]
+        theirs = (
+            f", or one of the operator's ACP agents ({ACP_AGENTS_ENV}): "
+            f"{', '.join(names) or 'none defined'}"
+        )
+    raise ConfigError(
+        f"unknown agent {name!r}: choose one of {', '.join(AVAILABLE)}{coming}{theirs}"
+    )
 
 
 def read_agent_config(path: str) -> dict[str, Any]:

@@ -23,7 +23,8 @@ def register(sub: Subparsers) -> Commands:
         "--agent",
         default="builtin",
         help="builtin (default), claude-code, codex, opencode, pi (docs/<agent>.md), or an ACP "
-        "agent: acp:opencode (docs/acp.md)",
+        "agent: acp:opencode, acp:claude-code, acp:codex, or acp:NAME of the operator's "
+        "DURABLE_HARNESS_ACP_AGENTS file (docs/acp.md; a turn names one, never a command)",
     )
     run.add_argument(
         "--workspace",

@@ -70,7 +70,8 @@ __all__ = [
 LIMITS = ("max_model_calls", "max_tokens", "max_files", "max_bytes")
 #: Every TurnConfig field and what admission does with it (a new field needs a line).
 CHECKED_FIELDS = {
-    "agent": "one of the registered agents (an unknown one is refused by get_adapter)",
+    "agent": "one of the registered agents or of the worker's DURABLE_HARNESS_ACP_AGENTS "
+    "(an unknown one is refused by get_adapter)",
     "workspace": "virtual, docker, or a folder under the workspace roots",
     "tools": "registered tool sets by name, or registered paths",
     "model": "the turn's choice (the proxy checks requests against it)",

@@ -48,6 +48,16 @@ router = APIRouter(prefix="/v1", responses=ERRORS)
 #: Agents a request may name: every registered one whose turns a worker runs (a custom
 #: turn is a program's own loop on the Python API, not something a worker drives).
 API_AGENTS = tuple(name for name in ADAPTERS if name != "custom")
+
+
+def api_agents() -> tuple[str, ...]:
+    """:data:`API_AGENTS` and the operator's ACP agents (``DURABLE_HARNESS_ACP_AGENTS``
+    in the server's environment: defined by the operator, named by a request)."""
+    from durable_harness.adapters.acp.operator import operator_agents
+
+    return (*API_AGENTS, *(f"acp:{name}" for name in operator_agents()))
+
+
 Limit = Query(default=50, ge=1, le=200)
 Status = Query(default=None, description=f"one of {', '.join(listing.STATUSES)}")
 Text = Query(default=None, max_length=200, description="a case-insensitive substring")
@@ -103,10 +113,11 @@ def _config(ctx: Context, agent: str, workspace: str | None, tools: list[str]) -
 def create_session(body: CreateSession, ctx: Ctx, caller: Auth) -> SessionOut:
     """A session: its agent, workspace and tool sets (the operator's registered ones)."""
     admit_session(ctx.world, caller.tenant, ctx.limits)
-    if body.agent not in API_AGENTS:
+    agents = api_agents()
+    if body.agent not in agents:
         raise ApiError(
             422,
-            f"agent {body.agent!r} is not one of this server's agents: {', '.join(API_AGENTS)}",
+            f"agent {body.agent!r} is not one of this server's agents: {', '.join(agents)}",
             "unknown_agent",
         )
     unknown = [t for t in body.tools if t not in ctx.tool_sets]

@@ -20,11 +20,14 @@ reply.text = "unused"
 """
 
 
-def fake_agent_harness(tmp: Path, mode: str, sleep: float = 0) -> Iterator[Harness]:
-    """A harness whose ``acp:opencode`` is the scripted agent in ``mode``."""
+def fake_agent_harness(
+    tmp: Path, mode: str, sleep: float = 0, version: str = ""
+) -> Iterator[Harness]:
+    """A harness whose ``acp:opencode`` is the scripted agent in ``mode``, reporting
+    ``version`` in its ``initialize`` result (default: the opencode pin)."""
     ws = tmp / "ws"
     ws.mkdir()
-    (ws / ".acp-mode").write_text(f"{mode} {sleep:g}\n")
+    (ws / ".acp-mode").write_text(f"{mode} {sleep:g} {version}".strip() + "\n")
     script = tmp / "script.toml"
     script.write_text(_EMPTY_SCRIPT)
     for h in make_harness(tmp, script):

@@ -141,10 +141,21 @@ def test_image_missing_is_one_clear_error(harness: Harness) -> None:
 
 
 def test_doctor_and_sandbox_commands(harness: Harness) -> None:
-    doctor = harness.cli("doctor")
+    agents = harness.tmp / "acp-agents.toml"
+    agents.write_text('[acp.agents.mine]\ncommand = ["/bin/true"]\ndocker_only = true\n')
+    doctor = harness.cli("doctor", DURABLE_HARNESS_ACP_AGENTS=str(agents))
     assert doctor.returncode == 0, doctor.stderr
     assert "[ok] docker: Docker " in doctor.stdout
     assert "[ok] agent image: durable-harness/agent:" in doctor.stdout
+    # The ACP rows: ready, the version (claude-code-acp and codex-acp: their package.json,
+    # they have no --version), the pin, docker only, the model endpoint; the operator's.
+    rows = {
+        line.split()[0]: line.split()[1:6] for line in doctor.stdout.splitlines() if "acp:" in line
+    }
+    assert rows["acp:opencode"] == ["yes", "1.18.33", "1.18.33", "no", "proxy"], doctor.stdout
+    assert rows["acp:claude-code"] == ["yes", "0.16.2", "0.16.2", "yes", "proxy"], doctor.stdout
+    assert rows["acp:codex"] == ["yes", "0.16.0", "0.16.0", "yes", "proxy"], doctor.stdout
+    assert rows["acp:mine"][:4] == ["yes", "at", "launch", "-"], doctor.stdout
     missing = harness.cli("doctor", DURABLE_HARNESS_DOCKER_IMAGE="durable-harness/agent:nope")
     assert "[--] agent image: durable-harness/agent:nope is not built" in missing.stdout
     build = harness.cli("sandbox", "build", "--offline")

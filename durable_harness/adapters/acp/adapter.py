@@ -11,6 +11,7 @@ Claude Code and Codex do), or the session's container (:mod:`.acp.docker`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ class AcpAdapter(Adapter):
             self.name,
             lambda: {preset.binary: find_agent(preset)},
             docker_only=preset.docker_only,
-            home_prefix=f"durable-harness-acp-{preset.binary}-",
+            home_prefix=f"durable-harness-acp-{os.path.basename(preset.binary)}-",
         ) as host:
             if isinstance(host, DockerCliHost):
                 # An ACP launch never outlives its worker (acp/docker.py): no launch is

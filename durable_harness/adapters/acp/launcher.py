@@ -45,7 +45,7 @@ from durable_harness.adapters.acp.requests import SandboxRequests
 from durable_harness.adapters.acp.session import Conversation, converse
 from durable_harness.adapters.acp.tools import AcpConfig, AcpReplayPolicy, PermissionHook
 from durable_harness.adapters.acp.transport import DEFAULT_MAX_LINE
-from durable_harness.adapters.acp.version import check_version
+from durable_harness.adapters.acp.version import check_initialized, check_version
 from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.cli.docker_host import DockerCliHost
 from durable_harness.adapters.cli.hooks import ToolHooks
@@ -223,6 +223,7 @@ class AcpLauncher:
                 mcp_url=f"{endpoint}/mcp" if self.tools else None,
                 token=token,
                 initialize_timeout=_initialize_timeout(preset),
+                check_initialize=lambda info: check_initialized(preset, binary, info),
             )
             self.gate.stop = proxy.fail  # a pending wait stops the agent (then parks)
             unregister = run.cancel.add_stopper(lambda why: proxy.fail(TurnCancelled(why)))

@@ -75,7 +75,10 @@ class AcpPreset:
     product: str  # its name in messages
     binary: str  # the command name: .tools/npm/node_modules/.bin/<binary>, or PATH
     package: str  # the npm package with its pinned version (tools/npm, scripts/setup)
-    version: str  # the pinned version, as ``<binary> --version`` prints it (first word)
+    #: The pinned version, as ``<binary> --version`` prints it (first word) and the
+    #: ``initialize`` result's ``agentInfo.version`` reports it ("": not checked, an
+    #: operator's agent that names none).
+    version: str
     bin_env: str  # the variable naming a host binary instead of the pinned one
     #: The arguments after the binary that make it speak ACP on its stdio (``("acp",)``).
     argv: tuple[str, ...]
@@ -111,6 +114,10 @@ class AcpPreset:
     #: and journals nothing. A second step would be redundant, and answering a finished
     #: one "rejected" ends such an agent's whole turn (claude-code-acp interrupts it).
     client_served_tools: frozenset[str] = field(default_factory=frozenset)
+    #: Whether the agent's model endpoint is the journaling proxy (its model calls are
+    #: journaled); an operator's agent without ``{endpoint}`` in its env gets tool-level
+    #: durability only.
+    model_endpoint: bool = True
     #: The model when the turn names none, for an agent that cannot take the harness's
     #: default (a Claude model) ("": that default).
     default_model: str = ""

@@ -11,6 +11,8 @@ message text of the prompt, ``stopReason`` ``end_turn``) or one error:
 * it exits: :class:`DurableHarnessError` (retried: a resume continues its session),
   with its stderr's tail;
 * it asks for a method the client did not offer: :class:`TurnFailed`;
+* its ``initialize`` result is refused by ``check_initialize`` (another version than the
+  preset's: :class:`~durable_harness.core.errors.ConfigError`), before ``session/new``;
 * the proxy's fatal error (a lost lease, a cancel, the model-call budget, a pending
   wait in stop mode) is raised as it is.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -75,6 +77,9 @@ class Conversation:
     mcp_url: str | None
     token: str
     initialize_timeout: float
+    #: Called with the ``initialize`` result's ``agentInfo`` (or None); raises to refuse
+    #: the agent (the version check, :func:`~.acp.version.check_initialized`).
+    check_initialize: Callable[[Any], None] | None = None
 
 
 @dataclass
@@ -116,6 +121,8 @@ async def converse(
             "initialize",
             talk.initialize_timeout,
         )
+        if talk.check_initialize is not None:
+            talk.check_initialize(init.agent_info)
         servers: list[HttpMcpServer | SseMcpServer | AcpMcpServer | McpServerStdio] = []
         if talk.mcp_url is not None:
             bearer = [HttpHeader(name="Authorization", value=f"Bearer {talk.token}")]
