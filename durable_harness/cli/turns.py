@@ -109,7 +109,7 @@ def register(sub: Subparsers) -> Commands:
             type=int,
             metavar="N",
             help=f"tokens {what} may spend (every usage count summed; a call lost to a "
-            "crash counts as max_tokens)",
+            "crash counts as the model step before it plus max_tokens)",
         )
         budget.add_argument(
             f"--budget-{scope}-usd",

@@ -13,6 +13,7 @@ from support import FIXTURES, ids_of, make_harness
 
 from durable_harness.adapters.cli.host import UNSAFE_HOST_ENV
 from durable_harness.harness.crash import CRASH_EXIT_CODE
+from durable_harness.worlds import open_world
 
 CALL = 1100
 LIMIT = 6000
@@ -31,8 +32,11 @@ def test_claude_code_crashed_at_every_model_step_stops_within_one_call(tmp_path:
         turn = ids_of(queued)["turn"]
         crashes = 0
         for _ in range(15):
-            steps = h.show(turn)["steps"]
-            top = max((s["seq"] for s in steps), default=-1)
+            world = open_world("local", data_dir=h.env["DURABLE_HARNESS_DATA_DIR"])
+            try:  # read here, not by a `show` process per crash
+                top = max((s.seq for s in world.load_steps(turn)), default=-1)
+            finally:
+                world.close()
             # After the return of every step this worker begins (a tool's too): the new
             # model call it makes is lost, whichever seq it gets.
             plan = ",".join(f"{seq}:after_run" for seq in range(top + 1, top + 40))

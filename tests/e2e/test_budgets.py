@@ -85,14 +85,12 @@ def test_a_sessions_budget_spans_its_turns_and_a_worker_restart(h: Harness) -> N
     assert resumed.returncode == 0, resumed.stderr
     assert h.server.request_count == 5
     exceeded = {"scope": "session", "unit": "tokens", "spent": 5500, "limit": 5000}
-    assert h.show(first["turn"])["turn"]["budget_exceeded"] == exceeded
 
     # The session's next turn, with the same limit: spent already, it makes no call.
     session = first["session"]
     second = h.cli("run", "--session", session, *limit, "Say done.")
     assert second.returncode != 0
     assert h.server.request_count == 5
-    assert h.show(ids_of(second)["turn"])["turn"]["budget_exceeded"] == exceeded
     # A raised limit, in a new turn: the session goes on.
     third = h.cli("run", "--session", session, "--budget-session-tokens", "7000", "Say done.")
     assert third.returncode == 0, third.stderr
@@ -103,6 +101,7 @@ def test_a_sessions_budget_spans_its_turns_and_a_worker_restart(h: Harness) -> N
     assert listed.stdout.count("budget exceeded") == 2, listed.stdout
     rows = {r["turn_id"]: r for r in json.loads(h.cli("ls", "--json").stdout)}
     assert rows[first["turn"]]["budget_exceeded"] == exceeded
+    assert rows[ids_of(second)["turn"]]["budget_exceeded"] == exceeded
     assert rows[ids_of(third)["turn"]]["budget_exceeded"] is None
 
 
