@@ -100,6 +100,24 @@ def register(sub: Subparsers) -> Commands:
         type=int,
         help="model calls per turn, any agent (default 50): past it the turn fails",
     )
+    budget = run.add_argument_group(
+        "spend limits (docs/costs.md): reached before a model call, the turn ends 'budget "
+        "exceeded'; a worker elsewhere allows at most its DURABLE_HARNESS_BUDGET_* ceilings"
+    )
+    for scope, what in (("turn", "this turn"), ("session", "the session's turns together")):
+        budget.add_argument(
+            f"--budget-{scope}-tokens",
+            type=int,
+            metavar="N",
+            help=f"tokens {what} may spend (every usage count summed; a call lost to a "
+            "crash counts as the model step before it plus max_tokens)",
+        )
+        budget.add_argument(
+            f"--budget-{scope}-usd",
+            type=float,
+            metavar="USD",
+            help=f"US dollars {what} may spend (the price table, DURABLE_HARNESS_PRICES)",
+        )
     run.add_argument("--detach", action="store_true", help="only enqueue; a worker runs it")
     run.add_argument("--quiet", "-q", action="store_true", help="no step progress on stderr")
     world_flags(run)
@@ -202,14 +220,18 @@ def seed_source(args: argparse.Namespace, workspace: str) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from durable_harness.harness.budget import TURN_LIMITS
     from durable_harness.runtime.turns import make_worker, start_turn, turn_config
 
+    # Typed here by the operator: this process's own ceilings too, as --max-model-calls.
+    limits = {name: getattr(args, name) for name in TURN_LIMITS if getattr(args, name) is not None}
     settings = settings_of(
         args,
         max_files=args.max_files,
         max_bytes=args.max_bytes,
         max_model_calls=args.max_model_calls,
         model=args.model,
+        **limits,
     )
     config = turn_config(
         agent=args.agent,
@@ -221,6 +243,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         push_remote=args.push_remote,
         ci_repo=args.ci_repo,
     )
+    config.update(limits)
     if args.setup is not None:
         config["setup"] = args.setup
     if args.agent_config:

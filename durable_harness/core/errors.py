@@ -125,6 +125,11 @@ class TurnFailed(DurableHarnessError):
     """The turn cannot finish and must not be retried (its replay would fail the same way)."""
 
 
+class BudgetExceeded(TurnFailed):
+    """A spend limit is reached before a model call (harness/budget.py): the turn ends,
+    the session may continue with a raised limit in a new turn."""
+
+
 class TurnSuspended(DurableHarnessError):
     """Raised by a wait step whose timer or signal has not come: the worker parks the turn
     (``World.suspend``) and moves on. The wait step stays an intent; when the turn wakes,

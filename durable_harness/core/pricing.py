@@ -40,6 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.types import Step
 
 _MILLION = 1_000_000
 
@@ -153,6 +154,25 @@ class _PriceFile(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     entries: dict[str, _PriceEntry | None]
+
+
+def step_cost(step: Step, prices: PriceTable) -> float | None:
+    """The cost of one step (None: a tool step, or a model whose price is unknown)."""
+    if step.kind != "model":
+        return None
+    return prices.cost(step_model(step), step.meta)
+
+
+def step_model(step: Step) -> str:
+    """The model a model step used. An older journal's step recorded no ``model``: its
+    name is the request's model."""
+    model = step.meta.get("model")
+    return model if isinstance(model, str) and model else step.name
+
+
+def tokens(step: Step, key: str) -> int:
+    """One of :mod:`.usage`'s counts recorded by a step (0 when it has none)."""
+    return _count(step.meta, key)
 
 
 def read_prices(path: Path) -> dict[str, Price | None]:

@@ -92,6 +92,16 @@ class Settings(EnvSettings):
     model: str = "claude-sonnet-4-5"
     max_tokens: int = 4096
     max_model_calls: int = 50
+    #: Spend limits (harness/budget.py): tokens (every count of a model step's usage,
+    #: summed) and US dollars (the price table), per turn, per session (all its turns)
+    #: and per tenant (all the turns a ``serve`` tenant owns). None: no limit. The turn
+    #: and session ones are ceilings a turn may lower; the tenant's is the operator's.
+    budget_turn_tokens: int | None = Field(default=None, gt=0)
+    budget_turn_usd: float | None = Field(default=None, gt=0)
+    budget_session_tokens: int | None = Field(default=None, gt=0)
+    budget_session_usd: float | None = Field(default=None, gt=0)
+    budget_tenant_tokens: int | None = Field(default=None, gt=0)
+    budget_tenant_usd: float | None = Field(default=None, gt=0)
     max_files: int = 500
     max_bytes: int = 10 * 1024 * 1024
     #: The longest a tool may run, whatever timeout the model asks for: a bash command

@@ -40,6 +40,11 @@ class TurnConfig(BaseModel):
     model: str | None = None
     max_tokens: int | None = None
     max_model_calls: int | None = None
+    #: Spend limits (harness/budget.py), each at most the worker's setting of that name.
+    budget_turn_tokens: int | None = None
+    budget_turn_usd: float | None = None
+    budget_session_tokens: int | None = None
+    budget_session_usd: float | None = None
     max_files: int | None = None
     max_bytes: int | None = None
     #: Authenticates webhook signals for this turn; CLI launch tokens derive from it.

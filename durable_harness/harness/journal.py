@@ -38,6 +38,7 @@ from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.crash import CrashPlan
 
 if TYPE_CHECKING:
+    from durable_harness.harness.budget import Budget
     from durable_harness.harness.events import TurnEvents
 
 #: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
@@ -103,6 +104,7 @@ class Journal:
         max_model_calls: int | None = None,
         cancel: Cancellation | None = None,
         events: TurnEvents | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.world = world
         #: Set by the worker's lease keeper when the turn is cancelled; adapters register
@@ -116,6 +118,9 @@ class Journal:
         #: The turn's budget of model steps for keyed calls (CLI agents, whose loop is not
         #: ours to bound): a new model call past it ends the turn (TurnFailed).
         self.max_model_calls = max_model_calls
+        #: The turn's spend limits (harness/budget.py), checked before every model call
+        #: that is about to be made, new or run again after a crash.
+        self.budget = budget
         self.replay_only = replay_only
         self.lease = lease
         self.crash = crash
@@ -291,10 +296,12 @@ class Journal:
             self._refuse_live(seq, kind, name)
             if replay == "never":
                 return self._finish_possibly_ran(recorded)
+            self._check_spend(kind, name)
             attempts = self.world.restart_intent(self.turn_id, seq, self.lease.epoch)
             step = _replace(recorded, attempts=attempts)
         else:
             self._refuse_live(seq, kind, name)
+            self._check_spend(kind, name)
             self._crash(seq, "before_intent")
             step = Step(
                 turn_id=self.turn_id,
@@ -327,6 +334,13 @@ class Journal:
                 f"turn {self.turn_id} step {seq} ({kind} {name}) has no recorded outcome: "
                 "a replay from the journal alone cannot go past it"
             )
+
+    def _check_spend(self, kind: str, name: str) -> None:
+        # Under the lock, before the intent: a call another thread begins next sees this
+        # one's intent (a lost call until its outcome is in), so parallel requests of a
+        # CLI overshoot no limit by more than the call in flight when it was reached.
+        if kind == "model" and self.budget is not None:
+            self.budget.check(self.recorded.values(), name)
 
     def _finish_possibly_ran(self, step: Step) -> StepResult:
         message = POSSIBLY_RAN_MESSAGE.format(key=idempotency_key(self.turn_id, step.seq))

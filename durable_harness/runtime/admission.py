@@ -16,6 +16,8 @@ before anything of the turn is imported or run:
 ``image``           one of ``DURABLE_HARNESS_ALLOWED_IMAGES`` (its programs run in
                     the sandbox; the session image is derived from it)
 ``max_*``           at most the worker's own setting (the ceiling): lower, never raise
+``budget_*``        the same (harness/budget.py); none set: the worker's own. The
+                    tenant's budget is the worker's setting alone, never the turn's
 ``push_remote``     the ``git_push`` tool pushes there with the worker's credentials: a
                     remote of ``DURABLE_HARNESS_ALLOWED_PUSH_REMOTES``, with no
                     credentials in its URL
@@ -55,6 +57,7 @@ from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import ConfigError, TurnRefused
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
+from durable_harness.harness.budget import TURN_LIMITS
 
 __all__ = [
     "CHECKED_FIELDS",
@@ -79,6 +82,10 @@ CHECKED_FIELDS = {
     "max_model_calls": "at most the worker's ceiling",
     "max_files": "at most the worker's ceiling",
     "max_bytes": "at most the worker's ceiling",
+    "budget_turn_tokens": "at most the worker's ceiling (none: any, as a lowering of none)",
+    "budget_turn_usd": "at most the worker's ceiling (none: any, as a lowering of none)",
+    "budget_session_tokens": "at most the worker's ceiling (none: any, as a lowering of none)",
+    "budget_session_usd": "at most the worker's ceiling (none: any, as a lowering of none)",
     "signal_secret": "the turn's own: authenticates signals to this turn only",
     "base_url": "the worker's own endpoints or the allowed base URLs",
     "agent_config": "no safe label or safe_bash pattern the operator did not allow",
@@ -286,6 +293,15 @@ def admit(config: Mapping[str, Any] | TurnConfig, settings: Settings) -> Admitte
                 f"(DURABLE_HARNESS_{name.upper()})"
             )
         effective[name] = ceiling if asked is None else asked
+    for name in TURN_LIMITS:
+        cap, wanted = getattr(settings, name), getattr(turn, name)
+        if wanted is not None and cap is not None and wanted > cap:
+            problems.append(
+                f"{name} {wanted} is above this worker's ceiling {cap} "
+                f"(DURABLE_HARNESS_{name.upper()})"
+            )
+        elif wanted is not None or cap is not None:
+            effective[name] = cap if wanted is None else wanted
     problems += _agent_config(turn, policy)
     if turn.image is not None and turn.image not in policy.images:
         problems.append(

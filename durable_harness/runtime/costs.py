@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from durable_harness.core import events as ev
-from durable_harness.core.pricing import PriceTable
+from durable_harness.core.pricing import PriceTable, step_cost, tokens
 from durable_harness.core.types import Event, Step
 from durable_harness.core.usage import TOKEN_KEYS
 from durable_harness.core.world import World
@@ -83,20 +83,6 @@ def _add(a: float | None, b: float | None) -> float | None:
     if a is None:
         return b
     return a if b is None else a + b
-
-
-def step_cost(step: Step, prices: PriceTable) -> float | None:
-    """The cost of one step (None: a tool step, or a model whose price is unknown). An
-    older journal's model step recorded no ``model``: its name is the request's model."""
-    if step.kind != "model":
-        return None
-    model = step.meta.get("model")
-    return prices.cost(model if isinstance(model, str) and model else step.name, step.meta)
-
-
-def tokens(step: Step, key: str) -> int:
-    value = step.meta.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def turn_costs(

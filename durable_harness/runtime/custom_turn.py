@@ -23,6 +23,7 @@ from typing import Any
 from durable_harness.adapters.custom.adapter import NAME as CUSTOM_AGENT
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import (
+    BudgetExceeded,
     ConfigError,
     DurableHarnessError,
     LeaseLost,
@@ -38,6 +39,7 @@ from durable_harness.core.settings import Settings
 from durable_harness.core.types import CANCEL_SIGNAL, Lease, Replay, StepStatus, Turn, TurnStatus
 from durable_harness.core.usage import usage_meta
 from durable_harness.core.world import World
+from durable_harness.harness.budget import Budget
 from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.crash import CrashPlan
 from durable_harness.harness.events import TurnEvents, settle_finished, turn_created
@@ -308,6 +310,7 @@ def journaled_turn(
             on_step=each_step,
             cancel=cancel,
             events=events,
+            budget=Budget.of(world, turn_id, turn.session_id, turn.config, settings),
         )
         recorded = journal.recorded
         events.begin_attempt(default_owner(), [recorded[seq] for seq in sorted(recorded)])
@@ -319,6 +322,9 @@ def journaled_turn(
             raise  # the turn is its new owner's: nothing of ours may touch it
         except TurnCancelled as exc:
             _cancelled(world, keeper.lease, exc.reason)
+            raise
+        except BudgetExceeded as exc:
+            world.fail_turn(keeper.lease, str(exc))  # a run again would stop here again
             raise
         except BaseException as exc:
             _release(world, keeper.lease, exc, events)

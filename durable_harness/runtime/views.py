@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_harness.core.pricing import PriceTable, price_table
+from durable_harness.core.pricing import PriceTable, price_table, step_cost, tokens
 from durable_harness.core.types import Step, StepStatus, Turn
 from durable_harness.core.world import World
-from durable_harness.runtime.costs import step_cost, tokens, turn_costs
+from durable_harness.harness.budget import exceeded_of
+from durable_harness.runtime.costs import turn_costs
 
 
 def step_row(step: Step, turn: Turn, prices: PriceTable | None = None) -> dict[str, Any]:
@@ -59,6 +60,8 @@ def turn_row(turn: Turn) -> dict[str, Any]:
         "prompt": turn.prompt,
         "result": turn.result,
         "error": turn.error,
+        # {scope, unit, spent, limit} when a spend limit ended the turn (harness/budget.py).
+        "budget_exceeded": exceeded_of(turn.error),
         "agent": turn.config.get("agent"),
         "waiting_for": turn.waiting_for,
         "created_at": turn.created_at,
@@ -111,6 +114,9 @@ def format_show(data: dict[str, Any]) -> str:
     )
     if t["result"] is not None:
         lines.append(f"reply: {t['result']}")
+    if t["budget_exceeded"]:
+        b = t["budget_exceeded"]
+        lines.append(f"budget exceeded: {b['scope']} {b['unit']} {b['spent']} of {b['limit']}")
     if t["error"]:
         lines.append(f"error: {t['error']}")
     return "\n".join(lines)
@@ -127,17 +133,21 @@ def format_ls(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no turns yet: start one with `durable-harness run PROMPT`"
     lines = [
-        f"{'session':<22}  {'turn':<22}  {'#':>2}  {'status':<8}  {'dlv':>3}  {'cost':>9}  "
+        f"{'session':<22}  {'turn':<22}  {'#':>2}  {'status':<15}  {'dlv':>3}  {'cost':>9}  "
         f"{'saved':>9}  prompt"
     ]
     for r in rows:
         lines.append(
-            f"{r['session_id']:<22}  {r['turn_id']:<22}  {r['index']:>2}  {r['status']:<8}  "
+            f"{r['session_id']:<22}  {r['turn_id']:<22}  {r['index']:>2}  {_status(r):<15}  "
             f"{r['deliveries']:>3}  {_usd(r['cost_usd']):>9}  {_usd(r['saved_usd']):>9}  "
             f"{_short(r['prompt'], 50)}"
             + (f"  [waits for {r['waiting_for']}]" if r["waiting_for"] else "")
         )
     return "\n".join(lines)
+
+
+def _status(row: dict[str, Any]) -> str:
+    return "budget exceeded" if row.get("budget_exceeded") else str(row["status"])
 
 
 def _usd(value: float | None) -> str:

@@ -50,6 +50,7 @@ from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import TurnConfig
 from durable_harness.core.types import CANCEL_SIGNAL, UNFINISHED, Lease
 from durable_harness.core.world import World
+from durable_harness.harness.budget import Budget
 from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.crash import CrashPlan
 from durable_harness.harness.events import TurnEvents, settle_finished
@@ -201,6 +202,9 @@ class Worker:
                     max_model_calls=admitted.max_model_calls,
                     cancel=cancel,
                     events=events,
+                    budget=Budget.of(
+                        self.world, turn.turn_id, turn.session_id, admitted.config, self.settings
+                    ),
                 )
                 # Before anything runs: what a dead worker left out of the log goes in
                 # first, so its abandoned attempt comes before this one's events.

@@ -30,6 +30,12 @@ class CreateSession(_Request):
 
 class PostTurn(_Request):
     prompt: str = Field(min_length=1, description="what the agent should do")
+    # Spend limits (docs/costs.md): each at most the operator's ceiling of that name
+    # (DURABLE_HARNESS_BUDGET_*); above it the turn is refused (422). None: the ceiling.
+    budget_turn_tokens: int | None = Field(default=None, gt=0)
+    budget_turn_usd: float | None = Field(default=None, gt=0)
+    budget_session_tokens: int | None = Field(default=None, gt=0)
+    budget_session_usd: float | None = Field(default=None, gt=0)
 
 
 class CancelTurn(_Request):
@@ -72,6 +78,13 @@ class TurnStarted(BaseModel):
     events: str = Field(description="the turn's event stream (SSE)")
 
 
+class BudgetOut(BaseModel):
+    scope: str = Field(description="turn, session or tenant")
+    unit: str = Field(description="tokens or usd")
+    spent: float
+    limit: float
+
+
 class TurnOut(CostFields):
     turn_id: str
     session_id: str
@@ -82,6 +95,9 @@ class TurnOut(CostFields):
     error: str | None
     dead_lettered: bool = Field(
         default=False, description="failed because the World gave up redelivering it"
+    )
+    budget_exceeded: BudgetOut | None = Field(
+        default=None, description="failed because a spend limit was reached: which, how much"
     )
     waiting_for: str | None
     attempts: int

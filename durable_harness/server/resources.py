@@ -21,6 +21,7 @@ from durable_harness.adapters import ADAPTERS, get_adapter
 from durable_harness.core.errors import NotFound
 from durable_harness.core.turn_config import DOCKER, VIRTUAL
 from durable_harness.core.types import Session, Turn, is_dead_lettered
+from durable_harness.harness.budget import TURN_LIMITS, exceeded_of
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.cancel import request_cancel
 from durable_harness.runtime.costs import Costs, session_costs, turn_costs
@@ -31,6 +32,7 @@ from durable_harness.server.context import Auth, Context, Ctx, decode_cursor, en
 from durable_harness.server.errors import ApiError
 from durable_harness.server.models import (
     ERRORS,
+    BudgetOut,
     CancelOut,
     CancelTurn,
     CreateSession,
@@ -89,12 +91,18 @@ def turn_out(ctx: Context, turn: Turn) -> TurnOut:
         reply=turn.result,
         error=turn.error,
         dead_lettered=is_dead_lettered(turn),
+        budget_exceeded=_budget_out(turn.error),
         waiting_for=turn.waiting_for,
         attempts=turn.attempts,
         created_at=turn.created_at,
         finished_at=turn.finished_at,
         steps=len(steps),
     )
+
+
+def _budget_out(error: str | None) -> BudgetOut | None:
+    exceeded = exceeded_of(error)
+    return None if exceeded is None else BudgetOut(**exceeded)
 
 
 def _config(ctx: Context, agent: str, workspace: str | None, tools: list[str]) -> dict[str, Any]:
@@ -256,6 +264,8 @@ def post_turn(session_id: str, body: PostTurn, ctx: Ctx, caller: Auth) -> TurnSt
     api = session.meta.get("api") or {}
     agent = str(session.meta.get("agent") or "builtin")
     config = _config(ctx, agent, api.get("workspace"), list(api.get("tools") or []))
+    # The caller's own limits, lowering the operator's (start_turn refuses a raise: 422).
+    config.update(body.model_dump(include=set(TURN_LIMITS), exclude_none=True))
     turn_id = new_id("turn")
     ctx.world.put_owner("turn", turn_id, tenant, time.time())
     turn = start_turn(

@@ -11,9 +11,9 @@ import pytest
 
 from durable_harness.core import events as ev
 from durable_harness.core.keys import input_digest
-from durable_harness.core.pricing import Price, PriceTable
+from durable_harness.core.pricing import Price, PriceTable, step_cost
 from durable_harness.core.types import Step, StepStatus
-from durable_harness.runtime.costs import Costs, session_costs, step_cost, turn_costs
+from durable_harness.runtime.costs import Costs, session_costs, turn_costs
 from durable_harness.worlds.local import LocalWorld
 
 PRICES = PriceTable({"cheap": Price(1.0, 2.0, 0.5, 1.5)})  # USD per million tokens

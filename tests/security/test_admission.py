@@ -15,7 +15,9 @@ import pytest
 from durable_harness.core.errors import ConfigError, TurnRefused
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import TurnConfig
+from durable_harness.harness.budget import Budget, Limit
 from durable_harness.runtime.admission import CHECKED_FIELDS, admit, grant, parse_tool_sets
+from durable_harness.worlds.local import LocalWorld
 
 OWN = "http://127.0.0.1:9"  # the conftest's ANTHROPIC_BASE_URL: the worker's own endpoint
 
@@ -127,6 +129,30 @@ def test_limits_may_be_lowered_never_raised() -> None:
         "max_bytes 101 is above",
     ):
         assert part in message
+
+
+def test_budgets_may_be_lowered_never_raised_and_the_tenants_is_not_the_turns(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(budget_turn_tokens=1000, budget_session_usd=2.0)
+    admitted = admit({"budget_turn_tokens": 400, "budget_session_tokens": 9}, settings)
+    assert admitted.config["budget_turn_tokens"] == 400
+    assert admitted.config["budget_session_tokens"] == 9  # no ceiling: the turn's own
+    assert admitted.config["budget_session_usd"] == 2.0  # filled from the ceiling
+    assert "budget_turn_usd" not in admitted.config  # no limit at all
+    message = refused({"budget_turn_tokens": 1001, "budget_session_usd": 2.5}, settings)
+    assert "budget_turn_tokens 1001 is above this worker's ceiling 1000" in message
+    assert "budget_session_usd 2.5 is above this worker's ceiling 2.0" in message
+    # A tenant's budget is no field of a turn: one stored with it is data, never read.
+    operator = Settings(budget_tenant_tokens=5)
+    stored = admit({"budget_tenant_tokens": 10**9}, operator).config
+    world = LocalWorld(tmp_path / "world")
+    try:
+        world.put_owner("turn", "turn_1", "acme", 0.0)
+        budget = Budget.of(world, "turn_1", "ses_1", stored, operator)
+    finally:
+        world.close()
+    assert budget.tenant == "acme" and budget.limits == (Limit("tenant", "tokens", 5.0),)
 
 
 def test_agent_config_may_narrow_the_labels_never_widen_them() -> None:

@@ -31,6 +31,7 @@ from durable_harness.adapters.proxy.wire.base import WireFormat, error_text
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
 from durable_harness.core.errors import (
+    BudgetExceeded,
     DurableHarnessError,
     ModelError,
     ReplayDivergence,
@@ -149,6 +150,10 @@ class ProxyHandler:
         except ReplayDivergence as exc:
             proxy.fail(exc)
             self._api_error(400, "invalid_request_error", f"durable-harness replay: {exc}")
+            return
+        except BudgetExceeded as exc:  # the journal's check (harness/budget.py): no call
+            proxy.fail(exc)
+            self._api_error(429, "rate_limit_error", f"durable-harness: {exc}")
             return
         except BaseException as exc:
             proxy.fail(exc)
