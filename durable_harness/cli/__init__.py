@@ -3,8 +3,8 @@ runtime; testing/ for ``demo``, ``fake-model`` and ``crash-matrix``). Nothing el
 
 One module per group of commands, each adding its parsers and handlers in ``register``
 (a new command is a function there, or a new module and one line in :data:`_GROUPS`):
-:mod:`.turns` (run, worker, resume, replay), :mod:`.world` (ls, show, signal, watch,
-signal-server, doctor), :mod:`.serve` (serve, token), :mod:`.changes` (diff, apply,
+:mod:`.turns` (run, worker, resume, replay), :mod:`.world` (ls, show, signal, cancel,
+approve, watch, signal-server, doctor), :mod:`.serve` (serve, token), :mod:`.changes` (diff, apply,
 export), :mod:`.sandbox`, :mod:`.demos` (demo, crash-matrix, fake-model); :mod:`.common`
 holds the flags they share.
 

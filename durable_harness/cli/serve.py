@@ -21,8 +21,10 @@ Routes (OpenAPI at /openapi.json): POST /v1/sessions, GET /v1/sessions,
 GET /v1/sessions/ID, POST /v1/sessions/ID/turns, GET /v1/sessions/ID/turns,
 GET /v1/turns (?status=, ?q=), GET /v1/turns/ID, GET /v1/turns/ID/steps,
 GET /v1/turns/ID/steps/SEQ, GET /v1/turns/ID/events (Server-Sent Events, resumes
-from Last-Event-ID), POST /v1/turns/ID/cancel, POST /v1/turns/ID/signals/NAME,
-POST /v1/webhooks/github|gitlab (these two: signal-server's).
+from Last-Event-ID), POST /v1/turns/ID/cancel, POST /v1/turns/ID/steps/SEQ/approval
+(operator tokens and those in DURABLE_HARNESS_API_APPROVER_TOKENS),
+POST /v1/turns/ID/signals/NAME, POST /v1/webhooks/github|gitlab (these two:
+signal-server's).
 Every request carries an API token (`durable-harness token create --tenant NAME`).
 The web viewer is at /ui/ (docs/viewer.md): its page needs no token, its data does.
 

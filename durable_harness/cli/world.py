@@ -1,5 +1,5 @@
 """The commands that read and poke a World: ``ls``, ``show``, ``signal``, ``cancel``,
-``watch``, ``signal-server``, ``doctor``, ``gc``."""
+``approve``, ``watch``, ``signal-server``, ``doctor``, ``gc``."""
 
 from __future__ import annotations
 
@@ -50,6 +50,25 @@ def register(sub: Subparsers) -> Commands:
     cancel.add_argument("turn", metavar="TURN")
     cancel.add_argument("--reason", default=None, help="why (kept as the turn's error)")
     world_flags(cancel)
+
+    approve = sub.add_parser(
+        "approve",
+        help="approve (or --reject) a tool call that waits for a human's decision",
+        description=(
+            "Record the decision on approval step SEQ of TURN (a parked turn's `waiting_for` "
+            "and `show` name it) and return; the turn wakes and a worker goes on: an "
+            "approved call runs, a rejected one does not and the model reads the rejection "
+            "and its reason. The first decision on a step is the one that stands."
+        ),
+    )
+    approve.add_argument("turn", metavar="TURN")
+    approve.add_argument("seq", metavar="SEQ", type=int, help="the approval step's seq")
+    approve.add_argument("--reject", action="store_true", help="reject the call: it never runs")
+    approve.add_argument("--reason", default="", help="why (the model reads it)")
+    approve.add_argument(
+        "--by", default=None, help="who decides (recorded; default operator:<login name>)"
+    )
+    world_flags(approve)
 
     watch = sub.add_parser(
         "watch",
@@ -107,6 +126,7 @@ def register(sub: Subparsers) -> Commands:
         "show": cmd_show,
         "signal": cmd_signal,
         "cancel": cmd_cancel,
+        "approve": cmd_approve,
         "signal-server": cmd_signal_server,
         "watch": cmd_watch,
         "doctor": cmd_doctor,
@@ -165,6 +185,23 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         )
     else:
         print(f"turn {args.turn} had already finished ({turn.status.value}); nothing to cancel")
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.approvals import operator_name, record_decision
+
+    by = args.by or operator_name()
+    with open_configured(settings_of(args)) as world:
+        done = record_decision(world, args.turn, args.seq, not args.reject, by, args.reason)
+    verdict = "approved" if done.decision.approved else "rejected"
+    if done.new:
+        print(f"step {args.seq} of turn {args.turn} {verdict} by {by}: a worker goes on")
+    else:
+        print(
+            f"step {args.seq} of turn {args.turn} was decided already ({verdict} by "
+            f"{done.decision.by}); this decision is ignored"
+        )
     return 0
 
 

@@ -294,6 +294,10 @@ class ServeSettings(EnvSettings):
     #: Items a filtered list request (``GET /v1/turns?status=``, ``?q=``) examines at most:
     #: past it the page ends early, short or empty, with a cursor to go on from.
     api_list_scan: int = Field(default=1000, ge=10)
+    #: Tenant tokens (by token id) that may decide approvals
+    #: (``POST /v1/turns/{id}/steps/{seq}/approval``) on their own tenant's turns; operator
+    #: tokens may always. A tenant token not named here is refused (403).
+    api_approver_tokens: ListSetting = ()
 
 
 class AgentUserSettings(EnvSettings):

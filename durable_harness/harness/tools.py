@@ -10,6 +10,11 @@ its **replay** rule and the function (invariant 4):
 
 There is no default: a tool without a label is refused, naming the tool.
 
+A tool may also declare ``approval``: ``"required"`` (every call waits for a human's
+decision) or a rule over its validated arguments (``lambda a: a.amount > 100``: the calls it
+answers True for wait). A gated call parks the turn on an approval step before it runs
+(:mod:`.approval`); a rejection is the result the model sees, and the tool never runs.
+
 The function is called as ``fn(args, ctx)`` (or ``fn(args)``), where ``args`` is the
 validated pydantic model (or a dict for a JSON-schema tool) and ``ctx`` a
 :class:`ToolContext` carrying the step's idempotency key ``<turn_id>:<seq>`` (invariant 5),
@@ -36,6 +41,11 @@ from durable_harness.core.keys import idempotency_key
 from durable_harness.core.types import REPLAY_RULES, Replay
 
 T = TypeVar("T")
+
+#: A tool's ``approval``: None (no human in the loop), ``"required"`` (every call), or a
+#: rule over the validated arguments (True: this call needs a human's decision).
+Approval = str | Callable[[Any], bool] | None
+APPROVAL_REQUIRED = "required"
 
 
 @dataclass(frozen=True)
@@ -69,9 +79,11 @@ class Tool:
     input_schema: type[BaseModel] | dict[str, Any]
     replay: Replay
     fn: Callable[..., Any]
+    approval: Approval = None
 
     def __post_init__(self) -> None:
         check_replay(self.name, self.replay)
+        check_approval(self.name, self.approval)
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ToolDefinitionError(
                 f"tool name {self.name!r} is invalid: use letters, digits, '_' or '-'"
@@ -182,17 +194,27 @@ def check_replay(name: str, replay: object) -> None:
         )
 
 
+def check_approval(name: str, approval: object) -> None:
+    if approval is None or approval == APPROVAL_REQUIRED or callable(approval):
+        return
+    raise ToolDefinitionError(
+        f"tool {name!r}: approval must be 'required' or a function of the tool's arguments "
+        f"that returns True when a call needs a human's decision (got {approval!r})"
+    )
+
+
 def tool(
     *,
     replay: Replay,
     name: str | None = None,
     description: str | None = None,
     input_schema: type[BaseModel] | dict[str, Any] | None = None,
+    approval: Approval = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Decorator: ``@tool(replay="never")`` over ``def refund(args: RefundArgs, ctx): ...``.
 
     The schema defaults to the annotation of the first parameter, the description to the
-    docstring.
+    docstring. ``approval``: see the module docstring.
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
@@ -213,6 +235,7 @@ def tool(
             input_schema=schema,
             replay=replay,
             fn=fn,
+            approval=approval,
         )
 
     return wrap
@@ -233,6 +256,7 @@ def coerce_tool(obj: object, origin: str) -> Tool:
                 input_schema=obj.get("input_schema", {"type": "object"}),
                 replay=obj["replay"],
                 fn=obj["fn"],
+                approval=obj.get("approval"),
             )
         except KeyError as exc:
             raise ToolDefinitionError(f"tool {name!r} in {origin}: missing {exc}") from exc

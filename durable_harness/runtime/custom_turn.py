@@ -39,6 +39,7 @@ from durable_harness.core.settings import Settings
 from durable_harness.core.types import CANCEL_SIGNAL, Lease, Replay, StepStatus, Turn, TurnStatus
 from durable_harness.core.usage import usage_meta
 from durable_harness.core.world import World
+from durable_harness.harness.approval import needs_approval
 from durable_harness.harness.budget import Budget
 from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.crash import CrashPlan
@@ -198,6 +199,12 @@ class JournaledTurn:
             tool.parse_input(raw)
         except ToolInputError as exc:
             return ToolResult(str(exc), input_error=True)
+        if needs_approval(tool, raw):
+            # Your own loop is not parked by the harness: decide before calling the tool.
+            raise ToolDefinitionError(
+                f"tool {tool.name!r}: this call needs approval, which a custom harness does "
+                "not take (the built-in agent does); decide in your loop before the call"
+            )
         seq = self._journal.next_seq
         key = ordinal_tool_key(seq, call_id)
 

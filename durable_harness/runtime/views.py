@@ -6,11 +6,13 @@ default with ``DURABLE_HARNESS_PRICES`` merged over it; the default when none is
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from durable_harness.core.pricing import PriceTable, price_table, step_cost, tokens
 from durable_harness.core.types import Step, StepStatus, Turn
 from durable_harness.core.world import World
+from durable_harness.harness.approval import APPROVAL_KIND
 from durable_harness.harness.budget import exceeded_of
 from durable_harness.runtime.costs import turn_costs
 
@@ -37,7 +39,27 @@ def step_row(step: Step, turn: Turn, prices: PriceTable | None = None) -> dict[s
         **_usage(step),
         "cost_usd": step_cost(step, prices or price_table()),
         "recorded_by_delivery": step.meta.get("turn_attempt"),
+        "approval": approval_of(step),
     }
+
+
+def approval_of(step: Step) -> dict[str, Any] | None:
+    """An approval step's decision (``pending`` while it waits: who decided, when, why),
+    ``{"decision": "rejected"}`` for the tool step a rejection stood in for (the tool did
+    not run); None for every other step."""
+    if step.kind == APPROVAL_KIND:
+        if step.status is StepStatus.INTENT:
+            return {"decision": "pending"}
+        meta = step.meta
+        return {
+            "decision": meta.get("approval", "rejected"),
+            "by": meta.get("decided_by"),
+            "at": meta.get("decided_at"),
+            "reason": meta.get("reason", ""),
+        }
+    if step.meta.get("approval") == "rejected":
+        return {"decision": "rejected"}
+    return None
 
 
 def _usage(step: Step) -> dict[str, Any]:
@@ -106,6 +128,8 @@ def format_show(data: dict[str, Any]) -> str:
             f"{s['how']:<11}  {s['attempts']:>3}  {secs:>7}  {tokens:>13}  {cached:>7}  "
             f"{cost:>9}"
         )
+        if s.get("approval") is not None:
+            lines.append(f"{'':>6}{_approval_text(s['approval'])}")
     lines.append(
         f"tokens: {t['input_tokens']} in, {t['output_tokens']} out, "
         f"{t['cache_read_tokens']} cache read, {t['cache_write_tokens']} cache write  "
@@ -120,6 +144,17 @@ def format_show(data: dict[str, Any]) -> str:
     if t["error"]:
         lines.append(f"error: {t['error']}")
     return "\n".join(lines)
+
+
+def _approval_text(approval: dict[str, Any]) -> str:
+    decision = approval["decision"]
+    if decision == "pending":
+        return "waits for a decision: durable-harness approve TURN SEQ [--reject --reason ...]"
+    if "by" not in approval:
+        return "not run: the call was rejected"
+    when = datetime.fromtimestamp(float(approval["at"] or 0), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    reason = f": {approval['reason']}" if approval.get("reason") else ""
+    return f"{decision} by {approval['by']} at {when}{reason}"
 
 
 def ls_data(

@@ -122,7 +122,10 @@ class StepRow(BaseModel):
     """One step of a turn's journal, as ``show`` prints it, with its times."""
 
     seq: int
-    kind: str = Field(description="model or tool (wait steps are tools)")
+    kind: str = Field(
+        description="model, tool (wait steps are tools) or approval (a human's decision "
+        "before a gated tool runs)"
+    )
     name: str
     key: str
     status: str = Field(description="intent, done or possibly_ran")
@@ -141,6 +144,11 @@ class StepRow(BaseModel):
     output_tokens: int | None
     cache_read_tokens: int | None
     cost_usd: float | None
+    approval: dict[str, Any] | None = Field(
+        default=None,
+        description="an approval step's decision: pending, or approved/rejected with by, at "
+        "and reason; {decision: rejected} on the tool step a rejection stood in for",
+    )
 
 
 class StepList(BaseModel):
@@ -166,6 +174,21 @@ class SignalOut(BaseModel):
     turn: str
     signal: str
     new: bool
+
+
+class Decide(_Request):
+    approved: bool = Field(description="true runs the call; false rejects it (it never runs)")
+    reason: str = Field(default="", max_length=1000, description="why (the model reads it)")
+
+
+class DecisionOut(BaseModel):
+    turn_id: str
+    seq: int
+    new: bool = Field(description="false: the step was decided already; this one is ignored")
+    approved: bool = Field(description="the decision that stands")
+    by: str
+    at: float
+    reason: str
 
 
 class CancelOut(BaseModel):

@@ -1,6 +1,8 @@
 """A turn's journal for the viewer: ``GET /v1/turns/{id}/steps`` (every step, as ``show``
 prints it, with its times) and ``GET /v1/turns/{id}/steps/{seq}`` (one step's recorded
-input and output).
+input and output); ``POST /v1/turns/{id}/steps/{seq}/approval`` decides an approval step
+(``runtime/approvals.py``): an operator token, or a token of the turn's tenant that the
+operator named in ``DURABLE_HARNESS_API_APPROVER_TOKENS`` (any other token: 403).
 
 The detail is the journal's own text: the canonical JSON a step recorded, a blob fetched
 from the World only when that step is asked for. Each side is cut at :data:`MAX_TEXT`
@@ -15,12 +17,22 @@ from typing import Any
 
 from fastapi import APIRouter, Path
 
+from durable_harness.core.errors import NotFound
 from durable_harness.core.keys import BLOB_PREFIX
 from durable_harness.core.types import Step, StepStatus, Turn, TurnStatus
+from durable_harness.runtime.approvals import DecisionRefused, record_decision
 from durable_harness.runtime.views import step_row
+from durable_harness.server.auth import Caller
 from durable_harness.server.context import Auth, Context, Ctx
 from durable_harness.server.errors import ApiError
-from durable_harness.server.models import ERRORS, StepDetail, StepList, StepRow
+from durable_harness.server.models import (
+    ERRORS,
+    Decide,
+    DecisionOut,
+    StepDetail,
+    StepList,
+    StepRow,
+)
 
 router = APIRouter(prefix="/v1", responses=ERRORS)
 
@@ -53,6 +65,7 @@ def step_out(step: Step, row: dict[str, Any], turn: Turn) -> StepRow:
         output_tokens=row.get("output_tokens"),
         cache_read_tokens=row.get("cache_read_tokens", step.meta.get("cache_read_tokens")),
         cost_usd=row.get("cost_usd"),
+        approval=row.get("approval"),
     )
 
 
@@ -91,6 +104,44 @@ def get_step(turn_id: str, ctx: Ctx, caller: Auth, seq: int = Seq) -> StepDetail
         output_bytes=len(raw_output or b""),
         truncated=cut_in or cut_out,
     )
+
+
+@router.post("/turns/{turn_id}/steps/{seq}/approval", response_model=DecisionOut)
+def decide(turn_id: str, body: Decide, ctx: Ctx, caller: Auth, seq: int = Seq) -> DecisionOut:
+    """Approve or reject the tool call that approval step ``seq`` holds back; the turn
+    wakes. The first decision stands (a later one: ``new`` false)."""
+    turn = ctx.turn(caller, turn_id)  # another tenant's turn: the one 404
+    if not may_approve(ctx, caller):
+        raise ApiError(
+            403,
+            "this token may not decide approvals: the operator lists approvers' token ids "
+            "in DURABLE_HARNESS_API_APPROVER_TOKENS",
+            "not_an_approver",
+        )
+    by = f"token:{caller.token_id} ({'operator' if caller.operator else caller.tenant})"
+    try:
+        done = record_decision(ctx.world, turn.turn_id, seq, body.approved, by, body.reason)
+    except NotFound:
+        raise ApiError(
+            404, f"turn {turn_id!r} has no approval step {seq}", "step_not_found"
+        ) from None
+    except DecisionRefused as exc:
+        raise ApiError(409, str(exc), "not_waiting") from None
+    d = done.decision
+    return DecisionOut(
+        turn_id=turn_id,
+        seq=seq,
+        new=done.new,
+        approved=d.approved,
+        by=d.by,
+        at=d.at,
+        reason=d.reason,
+    )
+
+
+def may_approve(ctx: Context, caller: Caller) -> bool:
+    """Operator tokens, and the tenant tokens the operator named approvers."""
+    return caller.operator or caller.token_id in ctx.limits.api_approver_tokens
 
 
 def _stored(ctx: Context, text: str | None) -> bytes | None:

@@ -21,6 +21,7 @@ ROUTES = {
     "/v1/turns/{turn_id}/events": {"get"},
     "/v1/turns/{turn_id}/steps": {"get"},
     "/v1/turns/{turn_id}/steps/{seq}": {"get"},
+    "/v1/turns/{turn_id}/steps/{seq}/approval": {"post"},
     "/v1/turns/{turn_id}/signals/{name}": {"post"},
     "/v1/webhooks/{provider}": {"post"},
 }

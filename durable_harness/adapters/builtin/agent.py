@@ -30,6 +30,15 @@ from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import Replay, Step, StepStatus, TurnStatus
 from durable_harness.core.usage import anthropic_usage, model_of
 from durable_harness.core.world import World
+from durable_harness.harness.approval import (
+    APPROVAL_KIND,
+    Decision,
+    approval_call,
+    approval_input,
+    approval_key,
+    needs_approval,
+    rejection_value,
+)
 from durable_harness.harness.endpoint import resolve_endpoint
 from durable_harness.harness.journal import Journal, Outcome, decode_output
 from durable_harness.harness.model import ModelClient
@@ -345,18 +354,38 @@ class _Loop:
     def _run_tool(self, n: int, block: dict[str, Any]) -> dict[str, Any]:
         name = str(block["name"])
         tool = self.tools.get(name)
+        raw = block.get("input", {})
+        key = ordinal_tool_key(n, block["id"])
+        call = self._tool_call(tool, name, raw)
+        replay: Replay = tool.replay if tool is not None else "safe"
+        if tool is not None and needs_approval(tool, raw):
+            decision = self._approval(key, name, raw)
+            if not decision.approved:
+                # The tool never runs: its step records the rejection, which is all the
+                # call does (so it is ``safe`` to run again after a crash).
+                rejected = rejection_value(name, decision)
+                call = lambda _seq: Outcome(rejected, {"approval": "rejected"})  # noqa: E731
+                replay = "safe"
         result = self.journal.run(
-            kind="tool",
-            name=name,
-            key=ordinal_tool_key(n, block["id"]),
-            input=block.get("input", {}),
-            call=self._tool_call(tool, name, block.get("input", {})),
-            replay=tool.replay if tool is not None else "safe",
+            kind="tool", name=name, key=key, input=raw, call=call, replay=replay
         )
         value = result.value
         if result.status is StepStatus.POSSIBLY_RAN:
             value = possibly_ran_value(value)
         return tool_result_block(str(block["id"]), value)
+
+    def _approval(self, key: str, name: str, raw: Any) -> Decision:
+        """The decision on this call, from its approval step (parks the turn until one
+        is recorded: :mod:`durable_harness.harness.approval`)."""
+        decided = self.journal.run(
+            kind=APPROVAL_KIND,
+            name=name,
+            key=approval_key(key),
+            input=approval_input(name, raw),
+            call=partial(approval_call, self.run_.world, self.journal, name),
+            replay="safe",
+        )
+        return Decision.of(decided.value)
 
     def _tool_call(
         self, tool: Tool | None, name: str, raw: dict[str, Any]

@@ -14,6 +14,10 @@ With a :class:`~.cli.ledger.ToolLedger` (every CLI launch has one), a call is se
 for a tool use the model made this turn, with the same tool and arguments, and runs at
 most once per id: anything else is refused with an error result (the token that reaches
 the sandbox is no licence to run a host tool).
+
+A host tool declared with ``approval`` is not run for a call that needs a decision: CLI
+agents do not park on approval steps yet, so such a call is refused (an error result the
+model sees, nothing journaled) rather than run ungated.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import TurnSuspended
 from durable_harness.core.keys import tool_key
 from durable_harness.core.types import StepStatus
+from durable_harness.harness.approval import needs_approval
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
 from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
 
@@ -43,6 +48,10 @@ HOST_PREFIXES = (
 )
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 TOOL_USE_META = "claudecode/toolUseId"
+APPROVAL_REFUSED = (
+    "durable-harness refused: this call of {name} needs a human's approval, which the "
+    "harness takes for the built-in agent only; it was not run"
+)
 
 
 def begin_host_tool(
@@ -122,6 +131,8 @@ class HostToolServer:
             return _result(f"unknown tool {name!r}", True)
         if not isinstance(tool_use_id, str) or not tool_use_id:
             return _result("durable-harness: the call has no tool_use_id to journal it by", True)
+        if needs_approval(tool, arguments):
+            return _result(APPROVAL_REFUSED.format(name=name), True)
         if self.ledger is not None:
             refused = self.ledger.refusal(tool_use_id, host_names(name), arguments)
             if refused is not None:

@@ -204,6 +204,13 @@ export function waitedSignal(waitingFor) {
   return match ? { name: match[2], until: match[3] } : null;
 }
 
+/** The approval step a parked turn waits on, from `waiting_for`
+ * ("approval of step 2 (refund) until ..."): its buttons decide it (POST .../approval). */
+export function waitedApproval(waitingFor) {
+  const match = /^approval of step (\d+) \((.*)\) until (.+)$/.exec(waitingFor || "");
+  return match ? { seq: Number(match[1]), tool: match[2], until: match[3] } : null;
+}
+
 function openTurn(turnId) {
   show("turn-view");
   const model = new TurnModel(turnId);
@@ -270,10 +277,15 @@ function openTurn(turnId) {
     const wakeAt = model.waiting?.wake_at;
     $("waiting-text").textContent =
       `Waiting for ${waitingFor}` + (typeof wakeAt === "number" ? ` (wakes at ${fmtTime(wakeAt)} at the latest)` : "");
-    $("signal-form").hidden = !signal;
+    const approval = waitedApproval(waitingFor);
+    $("signal-form").hidden = !signal && !approval;
     panel.dataset.signal = signal ? signal.name : "";
-    $("signal-approve").setAttribute("aria-label", signal ? `Approve: send signal ${signal.name}` : "Approve");
-    $("signal-reject").setAttribute("aria-label", signal ? `Reject: send signal ${signal.name}` : "Reject");
+    panel.dataset.approval = approval ? String(approval.seq) : "";
+    $("signal-payload-field").hidden = Boolean(approval);
+    $("approval-reason-field").hidden = !approval;
+    const what = approval ? `run ${approval.tool} (step ${approval.seq})` : signal ? `send signal ${signal.name}` : "";
+    $("signal-approve").setAttribute("aria-label", what ? `Approve: ${what}` : "Approve");
+    $("signal-reject").setAttribute("aria-label", what ? `Reject: ${what}` : "Reject");
   }
 
   async function refresh() {
@@ -350,7 +362,20 @@ function openTurn(turnId) {
     if (!["done", "failed", "cancelled"].includes(model.turnStatus())) draw();
   }, 1000);
 
+  async function decide(approved, seq) {
+    await guard(async () => {
+      const reason = $("approval-reason").value || "";
+      const answer = await postJson(`turns/${id}/steps/${seq}/approval`, { approved, reason });
+      $("signal-result").textContent = answer.new
+        ? `${approved ? "Approved" : "Rejected"} step ${seq}.`
+        : `Step ${seq} was decided already (${answer.approved ? "approved" : "rejected"} by ${answer.by}).`;
+      scheduleRefresh();
+    });
+  }
+
   async function signal(approved) {
+    const seq = $("waiting-panel").dataset.approval;
+    if (seq) return decide(approved, seq);
     const name = $("waiting-panel").dataset.signal;
     let payload;
     try {
