@@ -12,8 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,16 @@ class Harness:
         out = self.cli("show", turn_id, "--json")
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll ``predicate`` every 0.1 s until it holds; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
 
 
 def ids_of(out: subprocess.CompletedProcess[str]) -> dict[str, str]:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, Harness, ids_of, make_harness, start_serve
+from support import FIXTURES, Harness, ids_of, make_harness, start_serve, wait_for
 
 from durable_harness.worlds import open_world
 
@@ -37,15 +36,6 @@ def h(tmp_path: Path) -> Iterator[Harness]:
         sets = [f"approval={TOOLS}:TOOLS", str(TOOLS)]
         harness.env["DURABLE_HARNESS_TOOL_SETS"] = json.dumps(sets)
         yield harness
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
 
 
 def refunds(h: Harness) -> list[str]:

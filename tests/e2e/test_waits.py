@@ -8,12 +8,11 @@ import contextlib
 import json
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, Harness, ids_of, make_harness
+from support import FIXTURES, Harness, ids_of, make_harness, wait_for
 
 from durable_harness.core.world import World
 from durable_harness.worlds import open_world
@@ -51,15 +50,6 @@ def _ci_harness(tmp_path: Path, world_env: dict[str, str]) -> Iterator[Harness]:
             for pid in pids.read_text().split() if pids.exists() else []:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(int(pid), signal.SIGKILL)  # CI jobs still sleeping
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
 
 
 def open_world_of(h: Harness) -> World:
