@@ -219,7 +219,16 @@ def test_installed_wheel(tmp_path: Path, docker_host: str, tag: str) -> None:
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     table = doctor.stdout.split("Agents (", 1)[1].splitlines()[1:]
     rows = {line.split()[0]: line for line in table[1:]}
-    assert set(rows) == {"builtin", "claude-code", "codex", "opencode", "pi"}, doctor.stdout
+    assert set(rows) == {
+        "builtin",
+        "claude-code",
+        "codex",
+        "opencode",
+        "pi",
+        "acp:opencode",
+        "acp:claude-code",
+        "acp:codex",
+    }, doctor.stdout
     for agent, line in rows.items():
         assert line.split()[1] == "yes", line
         if agent != "builtin":
