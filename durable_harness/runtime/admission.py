@@ -386,14 +386,23 @@ def _agent_config(turn: TurnConfig, policy: Policy) -> list[str]:
     if turn.agent_config is None or canonical_json(turn.agent_config) in policy.agent_configs:
         return []
     from durable_harness.adapters import get_adapter
+    from durable_harness.adapters.acp.adapter import AcpAdapter
+    from durable_harness.adapters.acp.tools import AcpConfig, AcpReplayPolicy
     from durable_harness.adapters.cli.agent import CliAdapter
+    from durable_harness.adapters.cli.hooks import AgentConfig, ReplayPolicy
 
     adapter = get_adapter(turn.agent)
-    if not isinstance(adapter, CliAdapter):
-        return []  # only the CLI agents read an agent config
-    spec = adapter.spec
-    parsed = spec.parse_config(turn.agent_config)  # ConfigError when it is malformed
-    defaults = spec.replay_policy(spec.parse_config(None))
+    parsed: AgentConfig
+    defaults: ReplayPolicy
+    if isinstance(adapter, CliAdapter):
+        spec = adapter.spec
+        parsed = spec.parse_config(turn.agent_config)  # ConfigError when it is malformed
+        defaults = spec.replay_policy(spec.parse_config(None))
+    elif isinstance(adapter, AcpAdapter):  # the CLI agents' [replay] table, by ACP tool name
+        parsed = AcpConfig.parse(turn.agent_config, "in the turn")
+        defaults = AcpReplayPolicy(AcpConfig(), adapter.preset.safe_tools)
+    else:
+        return []  # the built-in agent reads no agent config
     problems = [
         f"agent_config labels {name!r} safe, which this worker does not allow "
         "(DURABLE_HARNESS_SAFE_TOOLS)"

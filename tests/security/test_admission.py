@@ -174,6 +174,13 @@ def test_agent_config_may_narrow_the_labels_never_widen_them() -> None:
     operator = Settings(safe_tools=("Edit",), safe_bash=("cat *",))
     admit(config("claude-code", {"tools": {"Edit": "safe"}, "safe_bash": ["cat *"]}), operator)
     assert "'ls *'" in refused(config("claude-code", {"safe_bash": ["cat *", "ls *"]}), operator)
+    # An ACP agent's table too, by its tool names: a preset's read-only tool is safe anyway.
+    admit(config("acp:opencode", {"tools": {"read": "safe", "bash": "never"}}), Settings())
+    message = refused(config("acp:opencode", {"tools": {"bash": "safe"}, "safe_bash": ["rm *"]}))
+    assert "labels 'bash' safe" in message and "'rm *'" in message
+    assert "labels 'fs/write_text_file' safe" in refused(
+        config("acp:claude-code", {"tools": {"fs/write_text_file": "safe"}})
+    )
     # The built-in agent reads no agent config: nothing there to widen.
     admit(config("builtin", {"tools": {"bash": "safe"}}), Settings())
     with pytest.raises(ConfigError, match="agent config in the turn"):
