@@ -96,14 +96,16 @@ class Harness:
         return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    """Poll ``predicate`` every 0.1 s until it holds; AssertionError after ``timeout``."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` every 0.05 s until it returns something true, and return that;
+    AssertionError naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def ids_of(out: subprocess.CompletedProcess[str]) -> dict[str, str]:

@@ -21,12 +21,12 @@ import contextlib
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from support import Harness, make_harness
+from support import wait_for as wait_for  # the adapter tests import it from here
 
 from durable_harness.adapters.cli.host import UNSAFE_HOST_ENV
 
@@ -195,15 +195,6 @@ def container_text(session: str, path: str) -> str:
 
 def notify_runs(h: Harness) -> int:
     return len(lines(h.tmp / "notify.txt"))
-
-
-def wait_for(predicate: Any, timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def descendants(root: int) -> list[int]:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, Harness, ids_of, make_harness
+from support import FIXTURES, Harness, ids_of, make_harness, wait_for
 
 SLOW_TOOLS = f"{FIXTURES / 'slow_tools.py'}:TOOLS"
 
@@ -20,15 +20,6 @@ def slow(tmp_path: Path) -> Iterator[Harness]:
     for h in make_harness(tmp_path, FIXTURES / "slow.toml", lease="2"):
         h.env["SLOW_TOOL_RUNS"] = str(tmp_path / "runs.txt")
         yield h
-
-
-def wait_for(predicate: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting")
 
 
 def runs(h: Harness) -> list[str]:
@@ -49,11 +40,11 @@ def test_paused_worker_is_fenced_out(slow: Harness) -> None:
     """Lease 2 s, a tool that sleeps 5 s, worker A paused past its lease: worker B takes
     the turn over; A's late writes are rejected; the turn completes once."""
     a = slow.popen("run", "--tools", SLOW_TOOLS, "look up everything")
-    wait_for(lambda: any(line.startswith("start") for line in runs(slow)))
+    wait_for(lambda: any(line.startswith("start") for line in runs(slow)), 30, "a start")
     os.killpg(a.pid, signal.SIGSTOP)  # a GC pause, a frozen VM: renewals stop too
     time.sleep(2.5)  # the lease runs out
     b = slow.popen("worker", "--until-idle")
-    wait_for(lambda: sum(line.startswith("start") for line in runs(slow)) == 2)
+    wait_for(lambda: sum(line.startswith("start") for line in runs(slow)) == 2, 30, "two starts")
     os.killpg(a.pid, signal.SIGCONT)  # A wakes up and finishes its tool call, too late
     _, a_err = a.communicate(timeout=60)
     _, b_err = b.communicate(timeout=60)
@@ -76,7 +67,7 @@ def test_paused_worker_is_fenced_out(slow: Harness) -> None:
 
 def test_sigkilled_worker_turn_finished_by_another(slow: Harness) -> None:
     a = slow.popen("run", "--tools", SLOW_TOOLS, "look up everything")
-    wait_for(lambda: any(line.startswith("start") for line in runs(slow)))
+    wait_for(lambda: any(line.startswith("start") for line in runs(slow)), 30, "a start")
     os.killpg(a.pid, signal.SIGKILL)
     a.communicate(timeout=10)
     killed_at = time.monotonic()
@@ -107,7 +98,7 @@ def test_resume_force_fences_live_holder(slow: Harness) -> None:
     a = slow.popen(
         "run", "--tools", SLOW_TOOLS, "look up everything", DURABLE_HARNESS_LEASE_SECONDS="60"
     )
-    wait_for(lambda: any(line.startswith("start") for line in runs(slow)))
+    wait_for(lambda: any(line.startswith("start") for line in runs(slow)), 30, "a start")
     turn_id = first_turn(slow)
     r = slow.cli("resume", turn_id, "--force", SLOW_TOOL_SECONDS="0")
     assert r.returncode == 0, r.stderr

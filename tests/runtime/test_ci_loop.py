@@ -17,12 +17,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, Harness, ids_of, make_harness
+from support import FIXTURES, Harness, ids_of, make_harness, wait_for
 
 from durable_harness.core.types import StepStatus
 from durable_harness.core.world import World
@@ -82,15 +81,6 @@ def github_ci(h: Harness, sha: str, conclusion: str, delivery: str) -> None:
     subprocess.run([sys.executable, script, *args], check=True, timeout=60)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
-
-
 def test_second_wait_gets_the_second_ci_result_across_a_sigkill(ci: Harness) -> None:
     out = ci.cli("run", "--detach", "--tools", TOOLS, "Loop CI")
     assert out.returncode == 0, out.stderr
@@ -103,7 +93,7 @@ def test_second_wait_gets_the_second_ci_result_across_a_sigkill(ci: Harness) -> 
             waits = [s for s in world.load_steps(turn_id) if s.name == "wait_for_signal"]
             return turn.status.value == "waiting" and len(waits) == 2
 
-        wait_for(at_second_wait)
+        wait_for(at_second_wait, 90, "the second wait")
         os.killpg(worker.pid, signal.SIGKILL)  # the worker dies during the second wait
         worker.communicate()
         assert world.get_turn(turn_id).lease_owner is None
@@ -119,7 +109,7 @@ def test_second_wait_gets_the_second_ci_result_across_a_sigkill(ci: Harness) -> 
         assert world.get_turn(turn_id).status.value == "waiting"
 
         (ci.tmp / "ci-hold").touch()  # CI reports B now, with no worker alive
-        wait_for(lambda: len(world.list_signals(turn_id, "ci")) == 2)
+        wait_for(lambda: len(world.list_signals(turn_id, "ci")) == 2, 90, "two CI signals")
         done = ci.cli("worker", "--until-idle", timeout=180)
         assert done.returncode == 0, done.stderr
 

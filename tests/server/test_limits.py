@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx2
 from serve_cases import error_of, token, world_of
-from support import Harness, start_serve
+from support import Harness, start_serve, wait_for
 
 from durable_harness.server.auth import create_token
 from durable_harness.server.context import encode_cursor
@@ -31,13 +31,6 @@ def _hold(serve_url: str, secret: str, path: str, out: list[Any]) -> None:
             out.append(("ended", time.monotonic()))
     except httpx2.HTTPError as exc:
         out.append(("error", repr(exc)))
-
-
-def _wait(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_a_tenant_cannot_hold_the_server_or_the_world(harness: Harness) -> None:
@@ -73,7 +66,7 @@ def test_a_tenant_cannot_hold_the_server_or_the_world(harness: Harness) -> None:
             opened = time.monotonic()
             for thread in threads:
                 thread.start()
-            _wait(lambda: all(out and out[0] == ("status", 200) for out in held))
+            wait_for(lambda: all(out and out[0] == ("status", 200) for out in held), 20)
             assert error_of(api_a.get(path))[:2] == (429, "too_many_streams")
             assert api_b.get("/v1/sessions").status_code == 200
             # The server ends each after its lifetime; the slots are given back.
@@ -95,7 +88,7 @@ def test_a_tenant_cannot_hold_the_server_or_the_world(harness: Harness) -> None:
                 target=_hold, args=(serve.url, c_secret, f"/v1/turns/{c_tid}/events", revoked)
             )
             watcher.start()
-            _wait(lambda: revoked[:1] == [("status", 200)])
+            wait_for(lambda: revoked[:1] == [("status", 200)], 20)
             assert harness.cli("token", "revoke", c_token).returncode == 0
             cut = time.monotonic()
             watcher.join(timeout=30)

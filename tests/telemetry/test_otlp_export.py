@@ -11,13 +11,22 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import DEMO, DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of, make_harness
+from support import (
+    DEMO,
+    DEMO_PROMPT,
+    DEMO_REPLY,
+    DEMO_TOOLS,
+    Harness,
+    ids_of,
+    make_harness,
+    wait_for,
+)
 
 from durable_harness.core.types import Lease, StepStatus, Turn, TurnStatus
 from durable_harness.harness.crash import CRASH_EXIT_CODE
@@ -80,16 +89,6 @@ def demo(tmp_path: Path) -> Iterator[Harness]:
     yield from make_harness(tmp_path, DEMO / "script.toml")
 
 
-def wait_for(found: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = found()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting for the receiver")
-
-
 def stored_turn(h: Harness, turn_id: str) -> tuple[Turn, dict[int, Any]]:
     with LocalWorld(h.tmp / "world") as world:
         return world.get_turn(turn_id), {s.seq: s for s in world.load_steps(turn_id)}
@@ -121,7 +120,9 @@ def test_a_crashed_and_resumed_turn_is_one_trace(demo: Harness, receiver: Receiv
                 for s in receiver.records("span")
             )
             else None
-        )
+        ),
+        30,
+        "the receiver",
     )
     # One trace, the one stored with the turn at enqueue.
     assert {s["trace_id"] for s in spans} == {turn.config["trace_id"]}
@@ -195,7 +196,7 @@ def test_a_crashed_and_resumed_turn_is_one_trace(demo: Harness, receiver: Receiv
         assert text not in exported
 
     # The worker exported the World's gauges too.
-    points = wait_for(lambda: receiver.records("metric"))
+    points = wait_for(lambda: receiver.records("metric"), 30, "the receiver")
     assert {p["name"] for p in points} >= GAUGES
 
 
@@ -228,7 +229,7 @@ def test_gauges_count_queued_waiting_and_dead_lettered_turns(
             values = {p["name"]: p for p in receiver.records("metric")}
             return values if set(values) >= GAUGES else None
 
-        values = wait_for(latest)
+        values = wait_for(latest, 30, "the receiver")
         assert all(values[name]["type"] == "gauge" for name in GAUGES)
         assert all(values[name]["unit"] == "{turn}" for name in GAUGES)
         assert values["durable_harness.turns.queued"]["value"] == 1
