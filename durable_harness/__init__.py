@@ -20,7 +20,15 @@ if TYPE_CHECKING:
     from durable_harness.core.errors import DurableHarnessError
     from durable_harness.core.types import Replay, Turn, TurnStatus
     from durable_harness.core.world import World
-    from durable_harness.harness.tools import Tool, ToolContext, tool
+    from durable_harness.harness.tools import (
+        ABSENT,
+        UNKNOWN,
+        Checked,
+        Tool,
+        ToolContext,
+        done,
+        tool,
+    )
     from durable_harness.runtime.api import (
         JournaledTurn,
         ToolResult,
@@ -43,6 +51,10 @@ _EXPORTS = {
     "JournaledTurn": "durable_harness.runtime.api",
     "ToolResult": "durable_harness.runtime.api",
     "tool": "durable_harness.harness.tools",
+    "Checked": "durable_harness.harness.tools",
+    "done": "durable_harness.harness.tools",
+    "ABSENT": "durable_harness.harness.tools",
+    "UNKNOWN": "durable_harness.harness.tools",
     "Tool": "durable_harness.harness.tools",
     "ToolContext": "durable_harness.harness.tools",
     "Replay": "durable_harness.core.types",
@@ -53,6 +65,9 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ABSENT",
+    "UNKNOWN",
+    "Checked",
     "DurableHarnessError",
     "JournaledTurn",
     "Replay",
@@ -63,6 +78,7 @@ __all__ = [
     "TurnStatus",
     "World",
     "__version__",
+    "done",
     "enqueue_turn",
     "journaled_turn",
     "open_world",

@@ -72,6 +72,9 @@ def cmd_crash_matrix(args: argparse.Namespace) -> int:
         say=lambda line: print(line, flush=True),
     )
     survived = sum(r.ok for r in results)
+    settled = sum(r.settled for r in results)
+    if settled:
+        print(f"{settled} interrupted call(s) settled by their tool's check, without the model")
     print(f"{survived}/{len(results)} crash points survived")
     return 0 if survived == len(results) else 1
 

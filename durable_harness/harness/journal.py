@@ -8,11 +8,20 @@ journal row for this step        what happens
 outcome recorded                 return the stored result; call nothing
 intent, no outcome               interrupted: a model call or ``safe`` tool runs again;
                                  a ``never`` tool does not run, the step is finished
-                                 with the *possibly ran* result
+                                 with the *possibly ran* result, unless its check
+                                 settles it (below)
 nothing                          commit the intent, run the call, record the outcome
 ==============================  ====================================================
 
-and keeps the invariants: the intent is durable before the call (1); seq and key are
+A ``never`` tool with a check (``settle``: :mod:`.tools`) found interrupted is asked first:
+*done* finishes the step with the check's result (``meta.settled = "done"``: the model
+never hears *possibly ran*); *absent* runs the call again under the same idempotency key
+when the caller says an earlier attempt cannot land twice (``rerun_if_absent``:
+``settled = "ran again"``), else it is *possibly ran*; so is *unknown*, and a check that
+raises (``settled`` says which). A check is safe: a crash during it leaves the intent,
+and the next delivery asks again.
+
+It keeps the invariants: the intent is durable before the call (1); seq and key are
 unique (2, enforced by the World); every write carries the lease epoch (3); replay
 compares kind, name, key and input hash and raises :class:`ReplayDivergence` on a
 mismatch (6); large inputs and outputs go to the blob store (7). A cancelled turn
@@ -40,6 +49,7 @@ from durable_harness.harness.crash import CrashPlan
 if TYPE_CHECKING:
     from durable_harness.harness.budget import Budget
     from durable_harness.harness.events import TurnEvents
+    from durable_harness.harness.tools import Checked
 
 #: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
 BLOB_THRESHOLD = 64 * 1024
@@ -74,6 +84,14 @@ class OpenStep:
 
     step: Step
     started: float  # time.monotonic() when the call began
+    meta: dict[str, Any] = field(default_factory=dict)  # recorded with the outcome
+
+
+@dataclass(frozen=True)
+class _Unsettled:
+    """A ``never`` step found interrupted, whose check is to be asked (outside the lock)."""
+
+    step: Step
 
 
 @dataclass(frozen=True)
@@ -170,17 +188,26 @@ class Journal:
         call: Callable[[int], Outcome],
         replay: Replay,
         store_input: bool = True,
+        settle: Callable[[int], Checked] | None = None,
+        rerun_if_absent: bool = False,
     ) -> StepResult:
         """Run (or read back) the next step, by position. ``call(seq)`` performs it.
 
         A model call is always ``replay="safe"``: running an unfinished one again costs
         money but changes nothing. ``store_input=False`` keeps only the input's hash (for
-        model requests, which repeat the whole conversation: invariant 7).
+        model requests, which repeat the whole conversation: invariant 7). ``settle(seq)``:
+        a ``never`` tool's check, asked when its step is found interrupted (see the module
+        docstring), and ``rerun_if_absent``: its downstream honours the idempotency key.
         """
         with self._lock:
             seq = self._next_seq
             self._next_seq += 1
-            begun = self._begin(seq, kind, name, key, input, replay, store_input)
+            begun = self._begin(
+                seq, kind, name, key, input, replay, store_input, settling=settle is not None
+            )
+        if isinstance(begun, _Unsettled):
+            assert settle is not None
+            begun = self._settle(begun.step, settle, rerun_if_absent)
         if isinstance(begun, StepResult):
             return begun
         try:
@@ -220,7 +247,9 @@ class Journal:
             if recorded is None and kind == "model":
                 self._check_budget()
             seq = recorded.seq if recorded is not None else max(self.recorded, default=-1) + 1
-            return self._begin(seq, kind, name, key, input, replay, store_input)
+            begun = self._begin(seq, kind, name, key, input, replay, store_input)
+        assert not isinstance(begun, _Unsettled)  # keyed steps take no check (yet)
+        return begun
 
     def _check_budget(self) -> None:
         limit = self.max_model_calls
@@ -241,7 +270,12 @@ class Journal:
         if self.events is not None:
             # The step's text is in the log before its outcome: see harness/events.py.
             self.events.flush(step.seq)
-        meta = {**outcome.meta, "duration": round(duration, 6), "turn_attempt": self.lease.attempt}
+        meta = {
+            **open_step.meta,
+            **outcome.meta,
+            "duration": round(duration, 6),
+            "turn_attempt": self.lease.attempt,
+        }
         output, blob = self._stored_output(outcome.value)
         self.world.finish_step(
             self.turn_id, step.seq, self.lease.epoch, StepStatus.DONE, output, blob, meta
@@ -275,7 +309,8 @@ class Journal:
         input: Any,
         replay: Replay,
         store_input: bool,
-    ) -> StepResult | OpenStep:
+        settling: bool = False,
+    ) -> StepResult | OpenStep | _Unsettled:
         self.cancel.check()  # a cancelled turn starts nothing, not even a replay
         digest = input_digest(input)
         recorded = self.recorded.get(seq)
@@ -295,7 +330,7 @@ class Journal:
                 return StepResult(self._output(recorded), recorded.status, True, recorded)
             self._refuse_live(seq, kind, name)
             if replay == "never":
-                return self._finish_possibly_ran(recorded)
+                return _Unsettled(recorded) if settling else self._finish_possibly_ran(recorded)
             self._check_spend(kind, name)
             attempts = self.world.restart_intent(self.turn_id, seq, self.lease.epoch)
             step = _replace(recorded, attempts=attempts)
@@ -342,9 +377,35 @@ class Journal:
         if kind == "model" and self.budget is not None:
             self.budget.check(self.recorded.values(), name)
 
-    def _finish_possibly_ran(self, step: Step) -> StepResult:
+    def _settle(
+        self, step: Step, settle: Callable[[int], Checked], rerun_if_absent: bool
+    ) -> StepResult | OpenStep:
+        """Ask the check of the interrupted ``never`` step ``step`` (see the module
+        docstring): its result, the call to run again, or *possibly ran*."""
+        try:
+            checked = settle(step.seq)
+        except Exception as exc:  # the user's check: its failure is "we do not know"
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            return self._finish_possibly_ran(step, {"settled": "check failed", "error": error})
+        if checked.state == "done":
+            return self.end(
+                OpenStep(step, time.monotonic(), {"settled": "done"}), Outcome(checked.result)
+            )
+        if checked.state != "absent" or not rerun_if_absent:
+            return self._finish_possibly_ran(step, {"settled": checked.state})
+        with self._lock:
+            attempts = self.world.restart_intent(self.turn_id, step.seq, self.lease.epoch)
+            step = _replace(step, attempts=attempts)
+            self._remember(step)
+        self._crash(step.seq, "after_intent")
+        if self.events is not None:
+            self.events.step_started(step)
+        self._emit(step, "start")
+        return OpenStep(step, time.monotonic(), {"settled": "ran again"})
+
+    def _finish_possibly_ran(self, step: Step, extra: dict[str, Any] | None = None) -> StepResult:
         message = POSSIBLY_RAN_MESSAGE.format(key=idempotency_key(self.turn_id, step.seq))
-        meta = {"turn_attempt": self.lease.attempt}
+        meta = {**(extra or {}), "turn_attempt": self.lease.attempt}
         output = canonical_json(message)
         self.world.finish_step(
             self.turn_id, step.seq, self.lease.epoch, StepStatus.POSSIBLY_RAN, output, None, meta

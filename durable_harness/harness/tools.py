@@ -15,6 +15,16 @@ decision) or a rule over its validated arguments (``lambda a: a.amount > 100``: 
 answers True for wait). A gated call parks the turn on an approval step before it runs
 (:mod:`.approval`); a rejection is the result the model sees, and the tool never runs.
 
+A ``never`` tool may declare a **check** (``check=fn``, called as ``fn(args, ctx)`` with
+the same arguments and the step's idempotency key): when a delivery finds the tool's
+intent without an outcome, the harness asks the check before the model hears anything
+(:meth:`.journal.Journal.run`). It answers :func:`done` with the result the tool would have
+returned (the step is finished with it: the model never sees *possibly ran*),
+:data:`ABSENT` (the effect did not happen) or :data:`UNKNOWN`; a check that raises counts
+as unknown. Absent lets the tool run again, with the same key, only when it also declares
+``idempotent=True`` (its downstream honours the key, so an earlier attempt still in flight
+cannot land a second time); otherwise absent and unknown are *possibly ran*, as today.
+
 The function is called as ``fn(args, ctx)`` (or ``fn(args)``), where ``args`` is the
 validated pydantic model (or a dict for a JSON-schema tool) and ``ctx`` a
 :class:`ToolContext` carrying the step's idempotency key ``<turn_id>:<seq>`` (invariant 5),
@@ -32,7 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -46,6 +56,27 @@ T = TypeVar("T")
 #: rule over the validated arguments (True: this call needs a human's decision).
 Approval = str | Callable[[Any], bool] | None
 APPROVAL_REQUIRED = "required"
+
+
+#: What a tool's check answers (see the module docstring).
+CheckState = Literal["done", "absent", "unknown"]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A check's answer: ``state``, and for ``done`` the result the model is given."""
+
+    state: CheckState
+    result: Any = None
+
+
+def done(result: Any) -> Checked:
+    """The check found the effect: ``result`` is what the tool returned (or would have)."""
+    return Checked("done", result)
+
+
+ABSENT = Checked("absent")
+UNKNOWN = Checked("unknown")
 
 
 @dataclass(frozen=True)
@@ -80,10 +111,15 @@ class Tool:
     replay: Replay
     fn: Callable[..., Any]
     approval: Approval = None
+    #: Asked, for a ``never`` tool, whether an interrupted call took effect.
+    check: Callable[..., Checked] | None = None
+    #: The tool's downstream honours the idempotency key: an absent call may run again.
+    idempotent: bool = False
 
     def __post_init__(self) -> None:
         check_replay(self.name, self.replay)
         check_approval(self.name, self.approval)
+        check_settle(self.name, self.replay, self.check, self.idempotent)
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ToolDefinitionError(
                 f"tool name {self.name!r} is invalid: use letters, digits, '_' or '-'"
@@ -125,6 +161,25 @@ class Tool:
         if len(inspect.signature(self.fn).parameters) >= 2:
             return contained(f"tool {self.name!r}", self.fn, args, ctx)
         return contained(f"tool {self.name!r}", self.fn, args)
+
+    def settle(self, raw: dict[str, Any], ctx: ToolContext) -> Checked:
+        """Ask the tool's check about the interrupted call ``raw`` of step ``ctx.seq``;
+        whatever it raises or returns that is not a :class:`Checked` is an error here
+        (the journal records the step as *possibly ran*)."""
+        if self.check is None:
+            return UNKNOWN
+        args = self.parse_input(raw)
+        what = f"the check of tool {self.name!r}"
+        if len(inspect.signature(self.check).parameters) >= 2:
+            answer = contained(what, self.check, args, ctx)
+        else:
+            answer = contained(what, self.check, args)
+        if not isinstance(answer, Checked):
+            raise ToolDefinitionError(
+                f"the check of tool {self.name!r} returned {type(answer).__name__}, not "
+                "done(result), ABSENT or UNKNOWN"
+            )
+        return answer
 
 
 def contained(what: str, fn: Callable[..., T], *args: Any) -> T:
@@ -203,6 +258,23 @@ def check_approval(name: str, approval: object) -> None:
     )
 
 
+def check_settle(name: str, replay: object, check: object, idempotent: object) -> None:
+    if check is not None and not callable(check):
+        raise ToolDefinitionError(f"tool {name!r}: check must be a function (got {check!r})")
+    if check is not None and replay != "never":
+        raise ToolDefinitionError(
+            f"tool {name!r}: only a replay='never' tool takes a check (a safe one simply "
+            "runs again)"
+        )
+    if idempotent is not True and idempotent is not False:
+        raise ToolDefinitionError(f"tool {name!r}: idempotent must be True or False")
+    if idempotent and check is None:
+        raise ToolDefinitionError(
+            f"tool {name!r}: idempotent=True says an absent call may run again, which only "
+            "a check can find out; declare check= (or label the tool replay='safe')"
+        )
+
+
 def tool(
     *,
     replay: Replay,
@@ -210,11 +282,13 @@ def tool(
     description: str | None = None,
     input_schema: type[BaseModel] | dict[str, Any] | None = None,
     approval: Approval = None,
+    check: Callable[..., Checked] | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Decorator: ``@tool(replay="never")`` over ``def refund(args: RefundArgs, ctx): ...``.
 
     The schema defaults to the annotation of the first parameter, the description to the
-    docstring. ``approval``: see the module docstring.
+    docstring. ``approval``, ``check`` and ``idempotent``: see the module docstring.
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
@@ -236,6 +310,8 @@ def tool(
             replay=replay,
             fn=fn,
             approval=approval,
+            check=check,
+            idempotent=idempotent,
         )
 
     return wrap
@@ -257,6 +333,8 @@ def coerce_tool(obj: object, origin: str) -> Tool:
                 replay=obj["replay"],
                 fn=obj["fn"],
                 approval=obj.get("approval"),
+                check=obj.get("check"),
+                idempotent=obj.get("idempotent", False),
             )
         except KeyError as exc:
             raise ToolDefinitionError(f"tool {name!r} in {origin}: missing {exc}") from exc

@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from durable_harness.adapters.custom.adapter import NAME as CUSTOM_AGENT
@@ -46,7 +46,7 @@ from durable_harness.harness.crash import CrashPlan
 from durable_harness.harness.events import TurnEvents, settle_finished, turn_created
 from durable_harness.harness.journal import Journal, Outcome, StepEvent
 from durable_harness.harness.lease import LeaseKeeper
-from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
+from durable_harness.harness.tools import Checked, Tool, ToolContext, ToolInputError
 from durable_harness.runtime.turns import claim_for_resume
 from durable_harness.runtime.worker import default_owner
 
@@ -213,9 +213,25 @@ class JournaledTurn:
             value = _as_json(tool.invoke(raw, ctx), f"tool {tool.name!r}", ToolDefinitionError)
             return Outcome(value)
 
+        def check(at: int) -> Checked:
+            checked = tool.settle(raw, ToolContext(self.turn_id, self.session_id, at))
+            if checked.state == "done":  # recorded as the tool's own result would be
+                result = _as_json(
+                    checked.result, f"the check of {tool.name!r}", ToolDefinitionError
+                )
+                return replace(checked, result=result)
+            return checked
+
         self._check_open()
         result = self._journal.run(
-            kind="tool", name=tool.name, key=key, input=raw, call=run, replay=tool.replay
+            kind="tool",
+            name=tool.name,
+            key=key,
+            input=raw,
+            call=run,
+            replay=tool.replay,
+            settle=check if tool.check is not None else None,
+            rerun_if_absent=tool.idempotent,
         )
         return ToolResult(
             result.value,

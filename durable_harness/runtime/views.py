@@ -25,6 +25,8 @@ def step_row(step: Step, turn: Turn, prices: PriceTable | None = None) -> dict[s
         how = "interrupted" if turn.lease_owner is None else "running"
     elif step.status is StepStatus.POSSIBLY_RAN:
         how = "not re-run"
+    elif step.meta.get("settled") == "done":
+        how = "settled by its check"  # interrupted; its check found the effect
     else:
         how = "live" if step.meta.get("turn_attempt") == turn.attempts else "replayed"
     return {
@@ -40,6 +42,8 @@ def step_row(step: Step, turn: Turn, prices: PriceTable | None = None) -> dict[s
         "cost_usd": step_cost(step, prices or price_table()),
         "recorded_by_delivery": step.meta.get("turn_attempt"),
         "approval": approval_of(step),
+        # An interrupted never tool's check: done, ran again, absent, unknown, check failed.
+        "settled": step.meta.get("settled"),
     }
 
 

@@ -131,8 +131,10 @@ class StepRow(BaseModel):
     status: str = Field(description="intent, done or possibly_ran")
     how: str = Field(
         description="live (computed by the turn's latest delivery), replayed (read back by "
-        "it), not re-run (a never tool interrupted: possibly ran), interrupted (an intent "
-        "without outcome, no worker on it), waiting (the wait a parked turn is in) or running"
+        "it), not re-run (a never tool interrupted: possibly ran), settled by its check (a "
+        "never tool interrupted, whose check found the effect: its result), interrupted (an "
+        "intent without outcome, no worker on it), waiting (the wait a parked turn is in) or "
+        "running"
     )
     attempts: int
     delivery: int | None = Field(description="the delivery (1, 2, ...) that recorded it")
@@ -148,6 +150,12 @@ class StepRow(BaseModel):
         default=None,
         description="an approval step's decision: pending, or approved/rejected with by, at "
         "and reason; {decision: rejected} on the tool step a rejection stood in for",
+    )
+    settled: str | None = Field(
+        default=None,
+        description="what an interrupted never tool's check answered: done (its result is "
+        "the step's), ran again (absent, and the tool honours its idempotency key), absent, "
+        "unknown or check failed (these three: possibly ran); null: no check was asked",
     )
 
 

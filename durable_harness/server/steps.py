@@ -66,6 +66,7 @@ def step_out(step: Step, row: dict[str, Any], turn: Turn) -> StepRow:
         cache_read_tokens=row.get("cache_read_tokens", step.meta.get("cache_read_tokens")),
         cost_usd=row.get("cost_usd"),
         approval=row.get("approval"),
+        settled=row.get("settled"),
     )
 
 

@@ -8,7 +8,10 @@ the journal and the fake model's request log are counted:
 * **model calls repeated**: requests the model answered twice. Only one is allowed: the
   call that returned but whose outcome was not recorded (``after_run`` on a model step);
 * **never tools re-run**: a ``never`` step started more than once (must be 0);
-* **reply**: equal to the clean run's or not.
+* **reply**: equal to the clean run's or not;
+* **settled**: interrupted ``never`` calls that their tool's check settled without the
+  model (found done, or absent and run again under the same key): the model heard no
+  *possibly ran* for them.
 
 Each run works in its own fresh folder (its working directory), so tools that keep their
 side effects relative to the working directory start clean every time. Side effects
@@ -45,6 +48,7 @@ class CellResult:
     never_reruns: int
     reply_ok: bool
     error: str = ""
+    settled: int = 0
 
     @property
     def ok(self) -> bool:
@@ -174,6 +178,7 @@ def run_cells(
                     repeated,
                     reruns,
                     got == reply,
+                    settled=sum(s.get("settled") in ("done", "ran again") for s in data["steps"]),
                 )
             except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                 result = CellResult(
@@ -190,5 +195,6 @@ def format_cell(r: CellResult) -> str:
         f"{verdict} step {r.seq:>3} {r.kind:<5} {r.name[:20]:<20} {r.point:<13} "
         f"model calls repeated {r.repeated_model_calls}  never re-runs {r.never_reruns}  "
         f"reply {'same' if r.reply_ok else 'DIFFERENT'}"
+        + (f"  settled by its check {r.settled}" if r.settled else "")
     )
     return line + (f"  error: {r.error}" if r.error else "")

@@ -35,7 +35,8 @@ from durable_harness.core.errors import (
     ToolDefinitionError,
     WorldError,
 )
-from durable_harness.harness.tools import tool
+from durable_harness.core.types import StepStatus
+from durable_harness.harness.tools import ABSENT, Checked, ToolContext, done, tool
 from durable_harness.testing.fake_model import FakeModelServer
 from durable_harness.worlds.local import LocalWorld
 
@@ -289,6 +290,35 @@ def test_run_tool_validates_the_models_input_first(world: World) -> None:
         assert good.value == "refunded 42" and good.seq == 0
         t.finish("ok")
     assert [s.key for s in world.load_steps("turn_f")] == ["tool:0:toolu_1"]
+
+
+def test_run_tool_settles_an_interrupted_never_call_by_its_check(world: World) -> None:
+    """The charge landed, then its process died before the outcome: the next run's
+    run_tool asks the tool's check, which finds the charge by its idempotency key, and
+    returns its result; the charge is not run again and nothing says *possibly ran*."""
+    charges: list[str] = []
+
+    def find(args: Order, ctx: ToolContext) -> Checked:
+        landed = ctx.idempotency_key in charges
+        return done(f"charged {args.order}") if landed else ABSENT
+
+    @tool(replay="never", check=find)
+    def charge(args: Order, ctx: ToolContext) -> str:
+        """Charge an order."""
+        charges.append(ctx.idempotency_key)
+        if len(charges) == 1:
+            raise RuntimeError("the process died after the charge")
+        return f"charged {args.order}"
+
+    with pytest.raises(RuntimeError, match="died"), journaled_turn(world, "turn_s") as t:
+        t.run_tool(charge, {"order": 7}, call_id="toolu_1")
+    with journaled_turn(world, "turn_s") as t:
+        result = t.run_tool(charge, {"order": 7}, call_id="toolu_1")
+        assert (result.value, result.possibly_ran, result.replayed) == ("charged 7", False, False)
+        t.finish("ok")
+    assert charges == ["turn_s:0"]  # the charge ran once
+    (step,) = world.load_steps("turn_s")
+    assert step.status is StepStatus.DONE and step.meta["settled"] == "done"
 
 
 def test_two_owners_cannot_both_write(world: World) -> None:

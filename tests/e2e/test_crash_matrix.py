@@ -115,8 +115,48 @@ def test_never_label_matters(demo_harness: Harness) -> None:
     assert len(demo_harness.ledger_lines()) == 2  # refunded twice
 
 
+@pytest.mark.parametrize(
+    ("tools", "point", "settled"),
+    [
+        ("TOOLS_CHECKED", "before_intent", None),
+        ("TOOLS_CHECKED", "after_intent", "absent"),  # the ledger does not honour the key
+        ("TOOLS_CHECKED", "after_run", "done"),
+        ("TOOLS_CHECKED", "after_outcome", None),
+        ("TOOLS_CHECKED_IDEMPOTENT", "after_intent", "ran again"),
+        ("TOOLS_CHECKED_IDEMPOTENT", "after_run", "done"),
+        ("TOOLS_CHECK_UNKNOWN", "after_run", "unknown"),
+    ],
+)
+def test_a_checked_refund_is_settled_before_the_model_hears_possibly_ran(
+    demo_harness: Harness, tools: str, point: str, settled: str | None
+) -> None:
+    """The refund with a check, crashed at each point: the refund lands exactly once, and
+    where the check settles it (found done, or absent and run again under the same key)
+    the model gets the refund's real result: the turn's model requests are the clean
+    run's, none repeated, no possibly-ran result among them."""
+    h = demo_harness
+    spec = DEMO_TOOLS.replace(":TOOLS", f":{tools}")
+    reply, (_, _, after) = crash_and_resume(h, f"{REFUND_SEQ}:{point}", spec)
+    assert reply == DEMO_REPLY
+    assert len(h.ledger_lines()) == 1, h.ledger_lines()
+    refund = after["steps"][REFUND_SEQ]
+    assert refund["settled"] == settled, refund
+    if settled in ("done", "ran again"):
+        assert refund["status"] == "done"
+        assert refund["how"] == ("settled by its check" if settled == "done" else "live")
+        assert refund["attempts"] == (2 if settled == "ran again" else 1)
+        assert [
+            (s["kind"], s["name"] if s["kind"] == "tool" else None) for s in after["steps"]
+        ] == (CLEAN_STEPS)
+        assert h.server.request_count == 5 and h.repeated_requests() == {}
+    elif settled is not None:  # absent without the key honoured, or unknown: possibly ran
+        assert refund["status"] == "possibly_ran" and refund["attempts"] == 1
+        assert after["steps"][REFUND_SEQ + 2]["name"] == "check_refund"  # the model checked
+
+
 def test_crash_matrix_command(tmp_path: Path) -> None:
-    """The same matrix as a command users run on their own tools and script."""
+    """The same matrix as a command users run on their own tools and script (here the
+    refund with a check: the matrix counts the interrupted call its check settled)."""
     out = subprocess.run(
         [
             sys.executable,
@@ -126,7 +166,7 @@ def test_crash_matrix_command(tmp_path: Path) -> None:
             "--script",
             str(DEMO / "script.toml"),
             "--tools",
-            DEMO_TOOLS,
+            DEMO_TOOLS.replace(":TOOLS", ":TOOLS_CHECKED"),
             "--points",
             "after_run",
             DEMO_PROMPT,
@@ -140,5 +180,6 @@ def test_crash_matrix_command(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[-1] == "9/9 crash points survived"
+    assert lines[-2] == "1 interrupted call(s) settled by their tool's check, without the model"
     assert sum(line.startswith("ok ") for line in lines) == 9
     assert not (tmp_path / "refund-ledger.txt").exists()  # each cell had its own folder

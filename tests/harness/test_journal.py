@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from durable_harness.core.errors import LeaseLost, ReplayDivergence, TurnFailed
 from durable_harness.core.keys import input_digest
 from durable_harness.core.types import Lease, Step, StepStatus
 from durable_harness.harness.journal import BLOB_THRESHOLD, Journal, OpenStep, Outcome, StepResult
+from durable_harness.harness.tools import ABSENT, UNKNOWN, Checked, done
 from durable_harness.worlds.local import LocalWorld
 
 
@@ -198,3 +201,63 @@ def test_keyed_model_calls_past_the_budget_end_the_turn(world: LocalWorld) -> No
     with pytest.raises(TurnFailed, match=r"made 2 model calls .* limit is 2"):
         journal.begin_keyed(kind="model", name="m", key="model:c", input={}, replay="safe")
     assert [s.key for s in world.load_steps(journal.turn_id)] == ["model:a", "model:b", "tool:1"]
+
+
+class Checks:
+    """A never tool's check that answers ``answer`` (raises it, if an exception)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.seqs: list[int] = []
+
+    def __call__(self, seq: int) -> Checked:
+        self.seqs.append(seq)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("answer", "rerun", "status", "settled", "ran"),
+    [
+        (done({"content": "refunded"}), False, StepStatus.DONE, "done", False),
+        (ABSENT, True, StepStatus.DONE, "ran again", True),
+        (ABSENT, False, StepStatus.POSSIBLY_RAN, "absent", False),
+        (UNKNOWN, True, StepStatus.POSSIBLY_RAN, "unknown", False),
+        (OSError("ledger down"), True, StepStatus.POSSIBLY_RAN, "check failed", False),
+    ],
+)
+def test_an_interrupted_never_step_is_settled_by_its_check(
+    world: LocalWorld, answer: Any, rerun: bool, status: StepStatus, settled: str, ran: bool
+) -> None:
+    world.insert_intent(_intent(claim(world)))  # the refund's intent, then a crash
+    calls, check = Calls(), Checks(answer)
+    journal = Journal(world, claim(world))
+    r = step(journal, calls, "refund issued", "never", settle=check, rerun_if_absent=rerun)
+    assert check.seqs == [0] and r.status is status and not r.replayed
+    assert calls.seqs == ([0] if ran else [])
+    (row,) = world.load_steps("t")
+    assert row.status is status and row.meta["settled"] == settled
+    assert row.attempts == (2 if ran else 1)
+    if settled == "done":
+        assert r.value == {"content": "refunded"} == json.loads(row.output or "")
+    elif ran:
+        assert r.value == "refund issued"
+    else:
+        assert "may or may not have taken effect" in r.value
+    if settled == "check failed":
+        assert row.meta["error"] == "OSError: ledger down"
+    # Settled once: read back on the next delivery, the check not asked again.
+    again = step(Journal(world, claim(world)), Calls(), "x", "never", settle=check)
+    assert again.replayed and again.status is status and check.seqs == [0]
+
+
+def test_a_check_is_asked_only_for_an_interrupted_never_step(world: LocalWorld) -> None:
+    check = Checks(ABSENT)
+    journal = Journal(world, claim(world))
+    assert step(journal, Calls(), "first", "never", settle=check).value == "first"
+    world.insert_intent(dataclasses.replace(_intent(claim(world)), seq=1, key="k1"))
+    journal = Journal(world, claim(world))
+    assert step(journal, Calls(), "first", "never", settle=check).replayed  # seq 0: done
+    assert step(journal, Calls(), "again", "safe", settle=check).value == "again"  # safe
+    assert check.seqs == []

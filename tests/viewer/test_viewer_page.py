@@ -60,9 +60,9 @@ def wait_status(world: World, turn_id: str, status: TurnStatus, timeout: float =
         time.sleep(0.1)
 
 
-def start_turn(url: str, token: str, prompt: str) -> str:
+def start_turn(url: str, token: str, prompt: str, tools: str = "demo") -> str:
     with Client(url, token) as api:
-        session = api.create_session("builtin", tools=["demo"])
+        session = api.create_session("builtin", tools=[tools])
         return api.start_turn(session.session_id, prompt).turn_id
 
 
@@ -225,6 +225,37 @@ def test_a_crashed_and_resumed_turn_in_the_browser(
     assert urls and all(secret not in url for url in [*urls, page.url])
     assert page.evaluate("() => document.cookie") == ""
     world.close()
+
+
+def test_a_step_settled_by_its_check_in_the_browser(
+    harness: Harness, page: Page, processes: list[subprocess.Popen[str]]
+) -> None:
+    """The refund with a check (demo_checked), crashed after it ran: the second worker's
+    check finds it in the ledger, and the timeline marks the step settled, not possibly ran."""
+    h = harness
+    world = world_of(h)
+    secret = create_token(world, "acme")[1]
+    serve = start_serve(h)
+    turn_id = start_turn(serve.url, secret, REFUND_PROMPT, tools="demo_checked")
+    crashed = h.popen("worker", DURABLE_HARNESS_CRASH_AT=f"{REFUND_SEQ}:after_run")
+    processes.append(crashed)
+    assert crashed.wait(timeout=120) == CRASH_EXIT_CODE
+    processes.append(h.popen("worker"))
+    wait_status(world, turn_id, TurnStatus.DONE)
+    assert world.load_steps(turn_id)[REFUND_SEQ].meta["settled"] == "done"
+    assert len(h.ledger_lines()) == 1
+
+    page.goto(f"{serve.url}/ui/")
+    sign_in(page, secret)
+    open_turn(page, turn_id)
+    settled = page.locator(f'#timeline button.step[data-seq="{REFUND_SEQ}"]')
+    expect(settled).to_have_attribute("data-state", "settled")
+    expect(settled).to_contain_text("settled by its check")
+    assert state_count(page, "possibly-ran") == 0
+    expect(page.locator("#legend")).to_contain_text("settled by its check")
+    settled.click()
+    expect(page.locator("#step-output")).to_contain_text("refund issued for order 42")
+    screenshot(page, "settled-step")
 
 
 def test_a_running_turn_grows_through_a_serve_restart_and_a_waiting_turn_is_approved(

@@ -4,6 +4,7 @@ the page-level checks."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -25,7 +26,9 @@ CHROMIUM_ARGS = [
 ]
 #: Where the screenshots go (gitignored): CI keeps them as the test's artifacts.
 ARTIFACTS = ROOT / "artifacts" / "viewer"
-TOOL_SETS = f'["demo={DEMO / "tools.py"}:TOOLS"]'
+TOOL_SETS = json.dumps(
+    [f"demo={DEMO / 'tools.py'}:TOOLS", f"demo_checked={DEMO / 'tools.py'}:TOOLS_CHECKED"]
+)
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -358,6 +358,10 @@ class _Loop:
         key = ordinal_tool_key(n, block["id"])
         call = self._tool_call(tool, name, raw)
         replay: Replay = tool.replay if tool is not None else "safe"
+        settle = None
+        if tool is not None and tool.check is not None:
+            turn = self.run_.turn
+            settle = partial(_ask_check, tool, raw, turn.turn_id, turn.session_id)
         if tool is not None and needs_approval(tool, raw):
             decision = self._approval(key, name, raw)
             if not decision.approved:
@@ -365,9 +369,16 @@ class _Loop:
                 # call does (so it is ``safe`` to run again after a crash).
                 rejected = rejection_value(name, decision)
                 call = lambda _seq: Outcome(rejected, {"approval": "rejected"})  # noqa: E731
-                replay = "safe"
+                replay, settle = "safe", None
         result = self.journal.run(
-            kind="tool", name=name, key=key, input=raw, call=call, replay=replay
+            kind="tool",
+            name=name,
+            key=key,
+            input=raw,
+            call=call,
+            replay=replay,
+            settle=settle,
+            rerun_if_absent=tool is not None and tool.idempotent,
         )
         value = result.value
         if result.status is StepStatus.POSSIBLY_RAN:
@@ -423,6 +434,16 @@ class _Loop:
             return Outcome(value, meta)
 
         return call
+
+
+def _ask_check(tool: Tool, raw: dict[str, Any], turn_id: str, session_id: str, seq: int) -> Any:
+    """The check of ``tool``'s interrupted call at ``seq``; a ``done`` result is given to
+    the model as the tool's own output would be."""
+    checked = tool.settle(raw, ToolContext(turn_id, session_id, seq))
+    if checked.state != "done":
+        return checked
+    out = checked.result
+    return replace(checked, result={"content": out if isinstance(out, str) else _jsonish(out)})
 
 
 def _jsonish(value: Any) -> str:

@@ -12,6 +12,7 @@ export const STATES = [
   ["live", "live", "ran in the turn's latest delivery"],
   ["replayed", "replayed", "read back from the journal by a later delivery, not run again"],
   ["possibly-ran", "possibly ran", "a never-replay tool cut off by a worker death: not run again"],
+  ["settled", "settled by its check", "a never-replay tool cut off by a worker death, whose check found its effect: its result, not run again"],
   ["failed", "failed", "interrupted: its worker died before the outcome was recorded"],
   ["waiting", "waiting", "the turn is parked on this step (a signal or a timer)"],
   ["running", "running", "running now"],
@@ -149,6 +150,7 @@ export class TurnModel {
   stateOf(step) {
     const status = this.turnStatus();
     if (step.status === "possibly_ran" || step.how === "not re-run") return "possibly-ran";
+    if (step.how === "settled by its check") return "settled";
     if (step.how === "replayed") return "replayed";
     if (step.status === "intent") {
       if (step.how === "waiting") return "waiting";

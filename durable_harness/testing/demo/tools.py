@@ -8,11 +8,12 @@ outside the workspace, like a payment provider's database, so the journal cannot
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from durable_harness.harness.tools import Tool, ToolContext, tool
+from durable_harness.harness.tools import ABSENT, UNKNOWN, Checked, Tool, ToolContext, done, tool
 
 
 class Order(BaseModel):
@@ -48,7 +49,35 @@ def _refund(args: Order, ctx: ToolContext) -> str:
     return f"refund issued for order {args.order}"
 
 
-refund = tool(replay="never", name="refund", description="Refund an order (moves money).")(_refund)
+def _refund_once(args: Order, ctx: ToolContext) -> str:
+    # A payment API that honours the idempotency key: a second call with it changes nothing.
+    if not _landed(args.order, ctx):
+        _refund(args, ctx)
+    return f"refund issued for order {args.order}"
+
+
+def _landed(order: int, ctx: ToolContext) -> bool:
+    return any(line.endswith(f" key={ctx.idempotency_key}") for line in refunded(order))
+
+
+def _check(args: Order, ctx: ToolContext) -> Checked:
+    """Did this step's refund land? Its idempotency key is in the ledger, or it is not."""
+    return done(f"refund issued for order {args.order}") if _landed(args.order, ctx) else ABSENT
+
+
+def _refund_tool(
+    check: Callable[[Order, ToolContext], Checked] | None = None, idempotent: bool = False
+) -> Tool:
+    return tool(
+        replay="never",
+        name="refund",
+        description="Refund an order (moves money).",
+        check=check,
+        idempotent=idempotent,
+    )(_refund_once if idempotent else _refund)
+
+
+refund = _refund_tool()
 
 #: What `--tools durable_harness/testing/demo/tools.py:TOOLS` loads.
 TOOLS: list[Tool] = [check_refund, refund]
@@ -58,3 +87,14 @@ TOOLS_REFUND_MARKED_SAFE: list[Tool] = [
     check_refund,
     tool(replay="safe", name="refund", description="Refund an order (moves money).")(_refund),
 ]
+
+#: The refund with a check that reads the ledger for the step's idempotency key: an
+#: interrupted refund that landed is settled with its result, one that did not is
+#: *possibly ran* (the ledger does not honour the key, so it may not run again).
+TOOLS_CHECKED: list[Tool] = [check_refund, _refund_tool(check=_check)]
+
+#: The same check on a refund whose API honours the key: one that did not land runs again.
+TOOLS_CHECKED_IDEMPOTENT: list[Tool] = [check_refund, _refund_tool(check=_check, idempotent=True)]
+
+#: A check that cannot tell: today's *possibly ran*.
+TOOLS_CHECK_UNKNOWN: list[Tool] = [check_refund, _refund_tool(check=lambda args, ctx: UNKNOWN)]
