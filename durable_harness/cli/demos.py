@@ -1,4 +1,5 @@
-"""The commands over the testing package: ``demo``, ``crash-matrix``, ``fake-model``."""
+"""The commands over the testing package: ``demo``, ``crash-matrix``, ``eval``,
+``fake-model``."""
 
 from __future__ import annotations
 
@@ -38,12 +39,55 @@ def register(sub: Subparsers) -> Commands:
         help=f"comma-separated crash points (default: all of {', '.join(CRASH_POINTS)})",
     )
 
+    evals = sub.add_parser(
+        "eval",
+        help="measure the model: does it check before retrying a possibly-ran call?",
+        description="possibly-ran: runs PROMPT once cleanly to find its first never tool, "
+        "then RUNS times, each in a fresh local World, crashes the worker right after that "
+        "tool ran (its effect happened, its outcome is lost) and resumes the turn; the model "
+        "is told the call possibly ran. A run passes when the model's next tool call is not "
+        "that tool again (it checked first); it fails on a blind retry. Prints each run and "
+        "the pass rate. The model is the scripted fake one with --script, else the one the "
+        "settings name (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY): a real model is paid for "
+        "every run.",
+    )
+    evals.add_argument("which", choices=["possibly-ran"], help="the eval to run")
+    evals.add_argument(
+        "prompt",
+        metavar="PROMPT",
+        nargs="?",
+        default=None,
+        help="default: the demo's refund prompt (with the demo's tools)",
+    )
+    evals.add_argument("--agent", default="builtin", help="the agent (builtin only so far)")
+    evals.add_argument("--runs", type=int, default=20, help="how many crashed runs (default 20)")
+    evals.add_argument("--script", help="the fake model's TOML script (default: a real model)")
+    evals.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="FILE.py:NAME",
+        help="the turn's tools (default: the demo's refund and check_refund)",
+    )
+    evals.add_argument(
+        "--fail-under",
+        type=float,
+        default=None,
+        metavar="PERCENT",
+        help="exit 1 when the pass rate is below this (default: always exit 0)",
+    )
+
     fake = sub.add_parser("fake-model", help="scripted fake model (Anthropic, OpenAI Responses)")
     fake.add_argument("--script", required=True, help="TOML script of rules")
     fake.add_argument("--port", type=int, default=0)
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--log", help="append one JSON line per answered request")
-    return {"demo": cmd_demo, "crash-matrix": cmd_crash_matrix, "fake-model": cmd_fake_model}
+    return {
+        "demo": cmd_demo,
+        "crash-matrix": cmd_crash_matrix,
+        "eval": cmd_eval,
+        "fake-model": cmd_fake_model,
+    }
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -77,6 +121,44 @@ def cmd_crash_matrix(args: argparse.Namespace) -> int:
         print(f"{settled} interrupted call(s) settled by their tool's check, without the model")
     print(f"{survived}/{len(results)} crash points survived")
     return 0 if survived == len(results) else 1
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from durable_harness.core.errors import ConfigError
+    from durable_harness.testing.demo.run import PROMPT, demo_files
+    from durable_harness.testing.evals import possibly_ran_eval
+    from durable_harness.testing.fake_model import load_script
+
+    if args.agent != "builtin":
+        raise ConfigError(
+            f"eval possibly-ran: --agent {args.agent!r} is not supported yet; it drives the "
+            "built-in agent (--agent builtin)"
+        )
+    if args.runs < 1:
+        raise ConfigError(f"--runs {args.runs}: give at least 1")
+    script = Path(args.script) if args.script else None
+    if script is not None:
+        load_script(script)  # a bad script fails here, once
+    if args.tools and args.prompt is None:
+        raise ConfigError("eval possibly-ran: with --tools, give the PROMPT that uses them")
+    tools = args.tools or [f"{demo_files()[1]}:TOOLS"]
+    try:
+        report = possibly_ran_eval(
+            script,
+            tools,
+            args.prompt or PROMPT,
+            args.runs,
+            say=lambda line: print(line, flush=True),
+        )
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"eval possibly-ran: {exc}") from None
+    print(report.summary())
+    rate = report.pass_rate
+    if args.fail_under is not None and (rate is None or rate * 100 < args.fail_under):
+        return 1
+    return 0
 
 
 def cmd_fake_model(args: argparse.Namespace) -> int:

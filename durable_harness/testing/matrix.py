@@ -21,6 +21,7 @@ ever ran such a tool twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -62,9 +63,12 @@ class CellResult:
 
 
 @dataclass
-class _Run:
+class FreshRuns:
+    """Runs of one prompt, each in a fresh local World and working directory below
+    ``root`` (see :meth:`turn`): the crash matrix's cells, the evals' runs."""
+
     root: Path
-    script: Path
+    script: Path | None  # None: the model the settings name, not the fake one
     tools: list[str]
     prompt: str
     extra_env: dict[str, str]
@@ -87,12 +91,16 @@ class _Run:
         folder = self.root / name
         folder.mkdir(parents=True)
         log = folder / "model.jsonl"
-        with FakeModelServer(self.script, log_path=log) as server:
-            server.start()
+        server = None if self.script is None else FakeModelServer(self.script, log_path=log)
+        with server if server is not None else contextlib.nullcontext():
+            model = {}
+            if server is not None:
+                server.start()
+                model = {"ANTHROPIC_BASE_URL": server.url}
             env = {
                 **os.environ,
                 **self.extra_env,
-                "ANTHROPIC_BASE_URL": server.url,
+                **model,
                 "DURABLE_HARNESS_WORLD": "local",
                 "DURABLE_HARNESS_DATA_DIR": str(folder / "world"),
                 "DURABLE_HARNESS_LEASE_SECONDS": "1",
@@ -121,7 +129,8 @@ class _Run:
                     raise RuntimeError(f"resume failed: {resumed.stderr.strip()}")
             shown = self.cli(["show", "--json", ids["turn"]], env, folder)
             data: dict[str, Any] = json.loads(shown.stdout)
-        hashes = [json.loads(line)["request_hash"] for line in log.read_text().splitlines()]
+        lines = log.read_text().splitlines() if log.exists() else []
+        hashes = [json.loads(line)["request_hash"] for line in lines]
         return data, hashes, str(data["turn"]["result"])
 
 
@@ -143,7 +152,7 @@ def run_matrix(
     never = {t.name for spec in tools for t in load_tools(spec) if t.replay == "never"}
     with tempfile.TemporaryDirectory(prefix="durable-harness-matrix-") as tmp:
         specs = [absolute_tools_spec(s) for s in tools]
-        run = _Run(Path(tmp), script.resolve(), specs, prompt, {})
+        run = FreshRuns(Path(tmp), script.resolve(), specs, prompt, {})
         return run_cells(run.turn, never, points=points, say=say)
 
 

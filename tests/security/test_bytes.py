@@ -36,7 +36,7 @@ from durable_harness.core.world import World
 from durable_harness.harness.crash import CRASH_POINTS
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
 from durable_harness.testing.fake_model import FakeModelServer, parse_script
-from durable_harness.testing.matrix import _Run, run_cells
+from durable_harness.testing.matrix import FreshRuns, run_cells
 from durable_harness.worlds import open_world
 
 TOKEN = "per-turn-token"
@@ -267,7 +267,7 @@ def test_crash_matrix_with_odd_bytes(tmp_path: Path, point: str) -> None:
     tools.write_text(TOOLS_FILE)
     script = tmp_path / "script.toml"
     script.write_text(MATRIX_SCRIPT)
-    runner = _Run(tmp_path / "runs", script, [f"{tools}:TOOLS"], "surrogates please", {})
+    runner = FreshRuns(tmp_path / "runs", script, [f"{tools}:TOOLS"], "surrogates please", {})
     shown: dict[str, dict[str, Any]] = {}
 
     def turn(name: str, crash_at: str | None) -> tuple[dict[str, Any], list[str], str]:
