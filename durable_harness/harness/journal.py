@@ -394,6 +394,9 @@ class Journal:
         if checked.state != "absent" or not rerun_if_absent:
             return self._finish_possibly_ran(step, {"settled": checked.state})
         with self._lock:
+            # The check may have taken a while: a cancel or a worker's stop that came
+            # meanwhile stops the call from starting again, as it stops any new step.
+            self.cancel.check()
             attempts = self.world.restart_intent(self.turn_id, step.seq, self.lease.epoch)
             step = _replace(step, attempts=attempts)
             self._remember(step)

@@ -191,7 +191,7 @@ def progress_printer(stream: Any = None) -> Callable[[StepEvent], None]:
             extra = f"  {event.meta['input_tokens']}/{event.meta['output_tokens']} tokens"
         took = f"  {event.duration:.2f}s" if event.phase == "done" else ""
         label = {"done": "ran", "replayed": "replayed", "possibly_ran": "possibly ran"}[event.phase]
-        if event.meta.get("settled") == "done":
+        if event.phase == "done" and event.meta.get("settled") == "done":
             label, took = "settled by its check", ""
         out.write(f"  step {event.seq:>3}  {event.kind:<5} {event.name:<20} {label}{took}{extra}\n")
         out.flush()

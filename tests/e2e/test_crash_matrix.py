@@ -18,6 +18,7 @@ import pytest
 from support import DEMO, DEMO_PROMPT, DEMO_REPLY, DEMO_TOOLS, Harness, ids_of
 
 from durable_harness.harness.crash import CRASH_EXIT_CODE, CRASH_POINTS
+from durable_harness.testing.matrix import run_cells
 
 CLEAN_STEPS = [
     ("model", None),
@@ -152,6 +153,22 @@ def test_a_checked_refund_is_settled_before_the_model_hears_possibly_ran(
     elif settled is not None:  # absent without the key honoured, or unknown: possibly ran
         assert refund["status"] == "possibly_ran" and refund["attempts"] == 1
         assert after["steps"][REFUND_SEQ + 2]["name"] == "check_refund"  # the model checked
+
+
+def test_a_call_its_check_ran_again_is_no_never_rerun_in_the_matrix() -> None:
+    """The matrix's score of a cell whose refund was found absent and run again under its
+    key (attempts 2, settled "ran again"): settled, not a re-run; any other second attempt
+    of a never step still is one."""
+    rows = [{"seq": 3, "kind": "tool", "name": "refund", "attempts": 2, "settled": "ran again"}]
+
+    def turn(name: str, crash_at: str | None) -> tuple[dict[str, Any], list[str], str]:
+        return {"steps": rows}, [], "reply"
+
+    (cell,) = run_cells(turn, {"refund"}, points=("after_intent",), say=lambda _: None)
+    assert cell.ok and cell.never_reruns == 0 and cell.settled == 1
+    rows[0] = {**rows[0], "settled": None}
+    (cell,) = run_cells(turn, {"refund"}, points=("after_intent",), say=lambda _: None)
+    assert not cell.ok and cell.never_reruns == 1
 
 
 def test_crash_matrix_command(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from durable_harness.core.errors import LeaseLost, ReplayDivergence, TurnFailed
+from durable_harness.core.errors import LeaseLost, ReplayDivergence, TurnCancelled, TurnFailed
 from durable_harness.core.keys import input_digest
 from durable_harness.core.types import Lease, Step, StepStatus
 from durable_harness.harness.journal import BLOB_THRESHOLD, Journal, OpenStep, Outcome, StepResult
@@ -261,3 +261,18 @@ def test_a_check_is_asked_only_for_an_interrupted_never_step(world: LocalWorld) 
     assert step(journal, Calls(), "first", "never", settle=check).replayed  # seq 0: done
     assert step(journal, Calls(), "again", "safe", settle=check).value == "again"  # safe
     assert check.seqs == []
+
+
+def test_a_cancel_during_the_check_stops_the_call_from_running_again(
+    world: LocalWorld,
+) -> None:
+    world.insert_intent(_intent(claim(world)))
+    journal, calls = Journal(world, claim(world)), Calls()
+
+    def check(seq: int) -> Checked:
+        journal.cancel.request("cancelled while the check ran")
+        return ABSENT
+
+    with pytest.raises(TurnCancelled):
+        step(journal, calls, "refund issued", "never", settle=check, rerun_if_absent=True)
+    assert calls.seqs == [] and world.load_steps("t")[0].status is StepStatus.INTENT

@@ -361,7 +361,10 @@ class _Loop:
         settle = None
         if tool is not None and tool.check is not None:
             turn = self.run_.turn
-            settle = partial(_ask_check, tool, raw, turn.turn_id, turn.session_id)
+            secret = TurnConfig.of(turn.config).signal_secret or ""
+            settle = partial(
+                _ask_check, tool, raw, ToolContext(turn.turn_id, turn.session_id, 0, secret)
+            )
         if tool is not None and needs_approval(tool, raw):
             decision = self._approval(key, name, raw)
             if not decision.approved:
@@ -436,10 +439,10 @@ class _Loop:
         return call
 
 
-def _ask_check(tool: Tool, raw: dict[str, Any], turn_id: str, session_id: str, seq: int) -> Any:
-    """The check of ``tool``'s interrupted call at ``seq``; a ``done`` result is given to
-    the model as the tool's own output would be."""
-    checked = tool.settle(raw, ToolContext(turn_id, session_id, seq))
+def _ask_check(tool: Tool, raw: dict[str, Any], ctx: ToolContext, seq: int) -> Any:
+    """The check of ``tool``'s interrupted call at ``seq`` (``ctx`` the tool's own, at that
+    seq); a ``done`` result is given to the model as the tool's own output would be."""
+    checked = tool.settle(raw, replace(ctx, seq=seq))
     if checked.state != "done":
         return checked
     out = checked.result
