@@ -51,6 +51,12 @@ if TYPE_CHECKING:
     from durable_harness.harness.events import TurnEvents
     from durable_harness.harness.tools import Checked
 
+#: A settled step's ``meta[SETTLED]``: what its check answered (``SETTLED_DONE``,
+#: ``SETTLED_RAN_AGAIN``; else ``absent``, ``unknown``, ``check failed``: possibly ran).
+SETTLED = "settled"
+SETTLED_DONE = "done"
+SETTLED_RAN_AGAIN = "ran again"
+
 #: Outputs (and stored inputs) larger than this go to the blob store; the row keeps the hash.
 BLOB_THRESHOLD = 64 * 1024
 
@@ -386,13 +392,13 @@ class Journal:
             checked = settle(step.seq)
         except Exception as exc:  # the user's check: its failure is "we do not know"
             error = f"{type(exc).__name__}: {exc}"[:500]
-            return self._finish_possibly_ran(step, {"settled": "check failed", "error": error})
+            return self._finish_possibly_ran(step, {SETTLED: "check failed", "error": error})
         if checked.state == "done":
             return self.end(
-                OpenStep(step, time.monotonic(), {"settled": "done"}), Outcome(checked.result)
+                OpenStep(step, time.monotonic(), {SETTLED: SETTLED_DONE}), Outcome(checked.result)
             )
         if checked.state != "absent" or not rerun_if_absent:
-            return self._finish_possibly_ran(step, {"settled": checked.state})
+            return self._finish_possibly_ran(step, {SETTLED: checked.state})
         with self._lock:
             # The check may have taken a while: a cancel or a worker's stop that came
             # meanwhile stops the call from starting again, as it stops any new step.
@@ -404,7 +410,7 @@ class Journal:
         if self.events is not None:
             self.events.step_started(step)
         self._emit(step, "start")
-        return OpenStep(step, time.monotonic(), {"settled": "ran again"})
+        return OpenStep(step, time.monotonic(), {SETTLED: SETTLED_RAN_AGAIN})
 
     def _finish_possibly_ran(self, step: Step, extra: dict[str, Any] | None = None) -> StepResult:
         message = POSSIBLY_RAN_MESSAGE.format(key=idempotency_key(self.turn_id, step.seq))

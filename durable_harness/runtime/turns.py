@@ -20,7 +20,7 @@ from durable_harness.core.types import FINISHED, UNFINISHED, Lease, Turn, TurnSt
 from durable_harness.core.world import World
 from durable_harness.harness.ci_watch import check_repo
 from durable_harness.harness.events import turn_created
-from durable_harness.harness.journal import Journal, StepEvent
+from durable_harness.harness.journal import SETTLED, SETTLED_DONE, Journal, StepEvent
 from durable_harness.runtime.admission import admit
 from durable_harness.runtime.seed import PreparedSeed, record_seed
 from durable_harness.runtime.telemetry import new_trace_id
@@ -191,7 +191,7 @@ def progress_printer(stream: Any = None) -> Callable[[StepEvent], None]:
             extra = f"  {event.meta['input_tokens']}/{event.meta['output_tokens']} tokens"
         took = f"  {event.duration:.2f}s" if event.phase == "done" else ""
         label = {"done": "ran", "replayed": "replayed", "possibly_ran": "possibly ran"}[event.phase]
-        if event.phase == "done" and event.meta.get("settled") == "done":
+        if event.phase == "done" and event.meta.get(SETTLED) == SETTLED_DONE:
             label, took = "settled by its check", ""
         out.write(f"  step {event.seq:>3}  {event.kind:<5} {event.name:<20} {label}{took}{extra}\n")
         out.flush()

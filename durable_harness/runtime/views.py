@@ -14,6 +14,7 @@ from durable_harness.core.types import Step, StepStatus, Turn
 from durable_harness.core.world import World
 from durable_harness.harness.approval import APPROVAL_KIND
 from durable_harness.harness.budget import exceeded_of
+from durable_harness.harness.journal import SETTLED, SETTLED_DONE
 from durable_harness.runtime.costs import turn_costs
 
 
@@ -25,7 +26,7 @@ def step_row(step: Step, turn: Turn, prices: PriceTable | None = None) -> dict[s
         how = "interrupted" if turn.lease_owner is None else "running"
     elif step.status is StepStatus.POSSIBLY_RAN:
         how = "not re-run"
-    elif step.meta.get("settled") == "done":
+    elif step.meta.get(SETTLED) == SETTLED_DONE:
         how = "settled by its check"  # interrupted; its check found the effect
     else:
         how = "live" if step.meta.get("turn_attempt") == turn.attempts else "replayed"
@@ -43,7 +44,7 @@ def step_row(step: Step, turn: Turn, prices: PriceTable | None = None) -> dict[s
         "recorded_by_delivery": step.meta.get("turn_attempt"),
         "approval": approval_of(step),
         # An interrupted never tool's check: done, ran again, absent, unknown, check failed.
-        "settled": step.meta.get("settled"),
+        "settled": step.meta.get(SETTLED),
     }
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.harness.crash import CRASH_EXIT_CODE, CRASH_POINTS
+from durable_harness.harness.journal import SETTLED, SETTLED_DONE, SETTLED_RAN_AGAIN
 from durable_harness.harness.tools import load_tools
 from durable_harness.runtime.turns import absolute_tools_spec
 from durable_harness.testing.fake_model import FakeModelServer
@@ -180,7 +181,7 @@ def run_cells(
                 repeated = sum(n - 1 for n in Counter(hashes).values() if n > 1)
                 # A call its check found absent and ran again under its key is no re-run.
                 reruns = sum(
-                    s["attempts"] - 1 - (s.get("settled") == "ran again")
+                    s["attempts"] - 1 - (s.get(SETTLED) == SETTLED_RAN_AGAIN)
                     for s in data["steps"]
                     if s["name"] in never
                 )
@@ -192,7 +193,9 @@ def run_cells(
                     repeated,
                     reruns,
                     got == reply,
-                    settled=sum(s.get("settled") in ("done", "ran again") for s in data["steps"]),
+                    settled=sum(
+                        s.get(SETTLED) in (SETTLED_DONE, SETTLED_RAN_AGAIN) for s in data["steps"]
+                    ),
                 )
             except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                 result = CellResult(

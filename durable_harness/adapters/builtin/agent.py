@@ -414,7 +414,7 @@ class _Loop:
                 ctx = ToolContext(turn.turn_id, turn.session_id, seq, secret)
                 try:
                     out = tool.invoke(raw, ctx)
-                    value = {"content": out if isinstance(out, str) else _jsonish(out)}
+                    value = _content(out)
                 except (TurnSuspended, SandboxUnavailable):
                     raise  # not a tool failure: the worker parks or retries the turn
                 except (SandboxError, ToolInputError) as exc:
@@ -443,10 +443,12 @@ def _ask_check(tool: Tool, raw: dict[str, Any], ctx: ToolContext, seq: int) -> A
     """The check of ``tool``'s interrupted call at ``seq`` (``ctx`` the tool's own, at that
     seq); a ``done`` result is given to the model as the tool's own output would be."""
     checked = tool.settle(raw, replace(ctx, seq=seq))
-    if checked.state != "done":
-        return checked
-    out = checked.result
-    return replace(checked, result={"content": out if isinstance(out, str) else _jsonish(out)})
+    return replace(checked, result=_content(checked.result)) if checked.state == "done" else checked
+
+
+def _content(out: Any) -> dict[str, Any]:
+    """A host tool's return value as the tool result the model is given."""
+    return {"content": out if isinstance(out, str) else _jsonish(out)}
 
 
 def _jsonish(value: Any) -> str:
