@@ -16,6 +16,13 @@ clean run's), and asserted as ``tests/e2e/test_crash_matrix.py`` asserts the dem
 note was written exactly once, model steps recorded before the crash were read back, an
 interrupted note came back *possibly ran* and the model read the notes before writing
 again, and a third run (a replay of the finished turn) made 0 model calls.
+
+The Anthropic example runs every crash point; the OpenAI example the two whose handling
+is its own code (``after_intent`` and ``after_run``: the *possibly ran* result and the
+lost reply, in its SDK's message shapes). At ``before_intent`` and ``after_outcome`` a
+step is either not started or finished, which the journal's ``run`` answers alike
+whichever SDK the loop uses: the full product would add ~2 minutes of CI and nothing it
+proves.
 """
 
 from __future__ import annotations
@@ -163,8 +170,12 @@ def check_cell(cell: Cell, seq: int, point: str) -> None:
     assert cell.replay_calls == 0
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
-@pytest.mark.parametrize("sdk", sorted(EXAMPLES))
+CELLS = [("anthropic", point) for point in CRASH_POINTS] + [
+    ("openai", point) for point in ("after_intent", "after_run")
+]
+
+
+@pytest.mark.parametrize(("sdk", "point"), CELLS)
 def test_crash_matrix(sdk: str, point: str, tmp_path: Path) -> None:
     runs = ProgramRuns(EXAMPLES[sdk], tmp_path)
     lines: list[str] = []

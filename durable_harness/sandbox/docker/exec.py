@@ -63,6 +63,24 @@ class ExecResult:
             raise SandboxError(f"{what}: the read timed out before its end; nothing was taken")
         return self.stdout
 
+    def said(self) -> str:
+        """What the exec printed, for an error: its stderr, else its stdout (where Docker
+        puts the runtime's own error, e.g. "OCI runtime exec failed")."""
+        said = (self.stderr or self.stdout).decode(errors="replace").strip()
+        return said[-500:] or "nothing on stdout or stderr"
+
+    def failure(self, what: str) -> SandboxError:
+        """The error for a script that did not end with exit code 0: how it ended (an exit
+        code, a timeout, or no exit code recorded) and what it printed."""
+        ended = (
+            "timed out"
+            if self.timed_out
+            else "no exit code"
+            if self.exit_code is None
+            else f"exit code {self.exit_code}"
+        )
+        return SandboxError(f"{what} failed ({ended}): {self.said()}")
+
 
 class Commands:
     """What the Docker sandbox's facets (:mod:`.files`, :mod:`.state`) run their scripts
@@ -164,14 +182,26 @@ def _start(
     return exec_id, sock, leftover, response
 
 
-def _exit_code(api: Any, exec_id: str) -> int | None:
-    """The exec's exit code, once Docker has recorded it (shortly after the stream ends)."""
-    for _ in range(100):
+#: How long after its stream ends an exec's exit code may take to be recorded. Usually
+#: milliseconds; on a loaded machine dockerd has been seen to take over 2 s (the old
+#: wait), and a None read as a failure made a command that had succeeded fail.
+EXIT_CODE_WAIT_S = 30.0
+
+
+def _exit_code(api: Any, exec_id: str, within: float = EXIT_CODE_WAIT_S) -> int | None:
+    """The exec's exit code, once Docker has recorded it (shortly after the stream ends);
+    None if it is not recorded ``within`` seconds (a process that closed its output and
+    went on running)."""
+    deadline = time.monotonic() + within
+    pause = 0.01
+    while True:
         info = api.exec_inspect(exec_id)
         if not info.get("Running") and info.get("ExitCode") is not None:
             return int(info["ExitCode"])
-        time.sleep(0.02)
-    return None
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
 
 
 def run(

@@ -108,9 +108,7 @@ class DetachedJobs:
         )
         answer = result.stdout.decode(errors="replace").strip()
         if result.exit_code != 0 or answer not in ("started", "existing"):
-            raise SandboxError(
-                f"starting job {job_id} failed (exit code {result.exit_code}): {_said(result)}"
-            )
+            raise result.failure(f"starting job {job_id}")
         return answer == "started"
 
     def status(self, job_id: str) -> JobStatus:
@@ -119,7 +117,7 @@ class DetachedJobs:
         )
         fields = result.stdout.decode(errors="replace").split()
         if len(fields) != 4:
-            raise SandboxError(f"reading job {job_id} failed: {_said(result)}")
+            raise SandboxError(f"reading job {job_id} failed: {result.said()}")
         state, code, out, err = fields
         return JobStatus(
             job_id,
@@ -203,24 +201,10 @@ class DetachedJobs:
         return status
 
 
-def _said(result: docker_exec.ExecResult) -> str:
-    """What a failed exec printed: its stderr, else its stdout (where Docker puts the
-    runtime's own error, e.g. "OCI runtime exec failed")."""
-    text = (result.stderr or result.stdout).decode(errors="replace").strip()
-    return text[-500:] or "nothing on stdout or stderr"
-
-
 def _checked(result: docker_exec.ExecResult, what: str, job_id: str) -> docker_exec.ExecResult:
     """``result`` when the exec ran its script to exit code 0; SandboxError naming what
     happened otherwise (an exec that never started prints the runtime's error instead of
     the job's output, which must not be taken for it)."""
     if result.exit_code != 0:
-        code = (
-            "timed out"
-            if result.timed_out
-            else "no exit code"
-            if result.exit_code is None
-            else f"exit code {result.exit_code}"
-        )
-        raise SandboxError(f"{what} {job_id} failed ({code}): {_said(result)}")
+        raise result.failure(f"{what} {job_id}")
     return result

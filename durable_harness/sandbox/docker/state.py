@@ -60,7 +60,7 @@ class DockerState(Commands, Sandbox):
     def _listing(self) -> _Listing:
         result = self.exec(sh.LIST, max_output=1 << 30)
         if result.exit_code != 0:
-            raise SandboxError(f"listing the workspace failed: {text(result.stderr)[-500:]}")
+            raise result.failure("listing the workspace")
         return _Listing(result.whole_stdout("listing the workspace"))
 
     def export_state(self) -> SandboxState:
@@ -151,7 +151,7 @@ class DockerState(Commands, Sandbox):
         cwd = state.cwd if state.cwd.startswith(sh.WORKSPACE) else sh.WORKSPACE
         result = self.exec(sh.IMPORT, posixpath.normpath(cwd), stdin=buffer.getvalue())
         if result.exit_code != 0:
-            raise SandboxError(f"restoring the workspace failed: {text(result.stderr)[-500:]}")
+            raise result.failure("restoring the workspace")
         # What was just written is known: the next export copies out only what changes.
         listing = self._listing()
         self._cache = {
@@ -169,5 +169,5 @@ class DockerState(Commands, Sandbox):
             return  # unchanged workspace: the same snapshot again (one worker per turn)
         result = self.exec(sh.SET_MARK, digest or "")
         if result.exit_code != 0:
-            raise SandboxError(f"recording the snapshot mark failed: {text(result.stderr)}")
+            raise result.failure("recording the snapshot mark")
         self._mark = digest
