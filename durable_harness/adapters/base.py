@@ -13,9 +13,10 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
+from durable_harness.core.errors import ConfigError
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import VIRTUAL, TurnConfig
-from durable_harness.core.types import Turn
+from durable_harness.core.types import Step, Turn
 from durable_harness.core.world import World
 from durable_harness.harness.cancel import Cancellation
 from durable_harness.harness.journal import Journal
@@ -58,3 +59,12 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def run_turn(self, run: TurnRun) -> str:
         """Run (or resume) the turn; return its final reply."""
+
+    def fork_history(self, world: World, turn: Turn, steps: list[Step]) -> list[dict[str, Any]]:
+        """The conversation a fork of ``turn`` starts with, its journal cut after
+        ``steps`` (its finished steps before the fork point): ``durable-harness fork``.
+        ConfigError for an agent whose own session record cannot be cut yet."""
+        raise ConfigError(
+            f"forking a turn of the {self.name} agent is not supported yet: only the "
+            "built-in agent's turns can be forked (docs/fork.md)"
+        )

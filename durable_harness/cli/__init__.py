@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from durable_harness.cli import changes, demos, sandbox, serve, turns, world
-from durable_harness.cli.common import Commands
+from durable_harness.cli.common import TRAILING, Commands
 from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.version import __version__
 
@@ -58,9 +58,25 @@ def build_parser() -> tuple[argparse.ArgumentParser, Commands]:
     return parser, commands
 
 
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    args, extra = parser.parse_known_args(argv)
+    trailing = getattr(args, TRAILING, None)
+    if (
+        trailing is not None
+        and len(extra) == 1
+        and not getattr(args, trailing)
+        and (not extra[0].startswith("-") or extra[0] == "-")
+    ):
+        setattr(args, trailing, extra[0])
+        extra = []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, commands = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     try:
         return commands[args.command](args)
     except DurableHarnessError as exc:

@@ -24,6 +24,12 @@ Command = Callable[[argparse.Namespace], int]
 Commands = dict[str, Command]
 
 
+#: The attribute naming a command's optional positional that may follow its options
+#: (``fork TURN --at SEQ PROMPT``): argparse before Python 3.12 gives an optional
+#: positional its empty default at the first positional and leaves a later one over.
+TRAILING = "trailing_positional"
+
+
 def world_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("World")
     g.add_argument(

@@ -1,4 +1,4 @@
-"""The commands that drive turns: ``run``, ``worker``, ``resume``, ``replay``."""
+"""The commands that drive turns: ``run``, ``worker``, ``resume``, ``replay``, ``fork``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,21 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from durable_harness.cli.common import Commands, policy_flags, report, settings_of, world_flags
+from durable_harness.cli.common import (
+    TRAILING,
+    Commands,
+    policy_flags,
+    report,
+    settings_of,
+    world_flags,
+)
 from durable_harness.worlds import open_configured
 
 if TYPE_CHECKING:
     from durable_harness.cli.common import Subparsers
+    from durable_harness.core.settings import Settings
+    from durable_harness.core.types import Turn
+    from durable_harness.core.world import World
 
 
 def register(sub: Subparsers) -> Commands:
@@ -153,7 +163,48 @@ def register(sub: Subparsers) -> Commands:
     )
     replay.add_argument("turn", metavar="TURN")
     world_flags(replay)
-    return {"run": cmd_run, "worker": cmd_worker, "resume": cmd_resume, "replay": cmd_replay}
+
+    fork = sub.add_parser(
+        "fork",
+        help="continue a turn in a new session from before one of its steps",
+        description="A new session whose history is TURN's steps before SEQ (read back from "
+        "the journal, never asked of the model again), with the workspace as it was there, "
+        "continued with PROMPT (without one: from where the cut leaves it). The original "
+        "session is not changed. Built-in agent turns only, for now (docs/fork.md).",
+    )
+    fork.add_argument("turn", metavar="TURN")
+    fork.add_argument(
+        "--at",
+        type=int,
+        required=True,
+        metavar="SEQ",
+        help="the step the fork is cut before (`durable-harness show TURN` numbers them); a "
+        "tool call of the last kept reply at or after it is answered 'not run'",
+    )
+    fork.add_argument(
+        "prompt",
+        metavar="PROMPT",
+        nargs="?",
+        default="",
+        help="what the fork's first turn is asked (before or after the options)",
+    )
+    fork.set_defaults(**{TRAILING: "prompt"})
+    fork.add_argument(
+        "--workspace",
+        help="'virtual', 'docker', or a new, empty host folder (needed when TURN ran in a "
+        "host folder: a fork never works in the original's); default: as TURN",
+    )
+    fork.add_argument("--detach", action="store_true", help="only enqueue; a worker runs it")
+    fork.add_argument("--quiet", "-q", action="store_true", help="no step progress on stderr")
+    world_flags(fork)
+    policy_flags(fork)
+    return {
+        "run": cmd_run,
+        "worker": cmd_worker,
+        "resume": cmd_resume,
+        "replay": cmd_replay,
+        "fork": cmd_fork,
+    }
 
 
 def repo_flags(run: argparse.ArgumentParser) -> None:
@@ -221,7 +272,7 @@ def seed_source(args: argparse.Namespace, workspace: str) -> str | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from durable_harness.harness.budget import TURN_LIMITS
-    from durable_harness.runtime.turns import make_worker, start_turn, turn_config
+    from durable_harness.runtime.turns import start_turn, turn_config
 
     # Typed here by the operator: this process's own ceilings too, as --max-model-calls.
     limits = {name: getattr(args, name) for name in TURN_LIMITS if getattr(args, name) is not None}
@@ -300,15 +351,23 @@ def cmd_run(args: argparse.Namespace) -> int:
             queue_behind=args.detach,
             seed=seed,
         )
-        print(f"session {turn.session_id}\nturn {turn.turn_id}", flush=True)
-        if args.detach:
-            print("queued: `durable-harness worker` will run it", file=sys.stderr)
-            return 0
-        worker = make_worker(world, settings, quiet=args.quiet)
-        lease = world.claim_turn(turn.turn_id, worker.owner, settings.lease_seconds)
-        if lease is not None:
-            worker.drive(lease)
-        return report(world.get_turn(turn.turn_id))
+        return drive_here(world, settings, turn, args)
+
+
+def drive_here(world: World, settings: Settings, turn: Turn, args: argparse.Namespace) -> int:
+    """What ``run`` and ``fork`` do with the turn they queued: print its ids, then drive
+    it in this process (or, with ``--detach``, leave it to a worker)."""
+    from durable_harness.runtime.turns import make_worker
+
+    print(f"session {turn.session_id}\nturn {turn.turn_id}", flush=True)
+    if args.detach:
+        print("queued: `durable-harness worker` will run it", file=sys.stderr)
+        return 0
+    worker = make_worker(world, settings, quiet=args.quiet)
+    lease = world.claim_turn(turn.turn_id, worker.owner, settings.lease_seconds)
+    if lease is not None:
+        worker.drive(lease)
+    return report(world.get_turn(turn.turn_id))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -353,6 +412,25 @@ def cmd_resume(args: argparse.Namespace) -> int:
         if lease is not None:
             worker.drive(lease)
         return report(world.get_turn(args.turn))
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    from durable_harness.runtime.admission import grant
+    from durable_harness.runtime.fork import fork_turn
+
+    settings = settings_of(args)
+    if args.workspace is not None:
+        # Typed here by the operator, as `run --workspace` is; the rest of the origin's
+        # config is admitted as a turn read from the World is (as `resume` does).
+        grant({"agent": "builtin", "workspace": args.workspace})
+    with open_configured(settings) as world:
+        turn = fork_turn(world, settings, args.turn, args.at, args.prompt, workspace=args.workspace)
+        print(
+            f"durable-harness: forked {args.turn} before step {args.at} into session "
+            f"{turn.session_id} (the original is unchanged)",
+            file=sys.stderr,
+        )
+        return drive_here(world, settings, turn, args)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -205,6 +205,12 @@ class Client(Closing):
         data = self._call("GET", path, params=_page(limit, cursor))
         return Page([_typed(TurnInfo, t) for t in data["turns"]], data["next_cursor"])
 
+    def fork(self, turn_id: str, at: int, prompt: str = "") -> TurnStarted:
+        """A new session continuing the turn from before step ``at``, its first turn
+        queued with ``prompt`` (docs/fork.md); the original is not changed."""
+        data = self._call("POST", f"/v1/turns/{turn_id}/fork", json={"at": at, "prompt": prompt})
+        return _typed(TurnStarted, data)
+
     def cancel(self, turn_id: str, reason: str = "cancelled through the API") -> bool:
         """Ask for the turn to be cancelled; False if it had already finished."""
         data = self._call("POST", f"/v1/turns/{turn_id}/cancel", json={"reason": reason})

@@ -10,12 +10,9 @@ user's folder), and ``diff``/``apply``/``export`` compare the newest snapshot wi
 
 from __future__ import annotations
 
-import json
+from pydantic import BaseModel, ConfigDict
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from durable_harness.core.canonical import canonical_json
-from durable_harness.core.errors import CorruptJournal
+from durable_harness.core.records import load_record, save_record
 from durable_harness.core.world import BlobStore, Catalog
 
 __all__ = ["SEED_RECORD", "Seed", "load_seed", "save_seed"]
@@ -45,19 +42,9 @@ class Seed(BaseModel):
 
 def save_seed(world: BlobStore, catalog: Catalog, session_id: str, seed: Seed) -> str:
     """Store ``seed`` as the session's seed record; returns the record's blob digest."""
-    digest = world.put_blob(canonical_json(seed.model_dump()).encode())
-    catalog.put_session_record(session_id, SEED_RECORD, digest)
-    return digest
+    return save_record(world, catalog, session_id, SEED_RECORD, seed)
 
 
 def load_seed(world: BlobStore, catalog: Catalog, session_id: str) -> Seed | None:
     """The session's seed, or None if it was not seeded from a repository."""
-    digest = catalog.get_session_record(session_id, SEED_RECORD)
-    if digest is None:
-        return None
-    try:
-        return Seed.model_validate(json.loads(world.get_blob(digest)))
-    except (ValueError, ValidationError) as exc:
-        raise CorruptJournal(
-            f"the seed record of session {session_id} is unreadable: {exc}"
-        ) from exc
+    return load_record(world, catalog, session_id, SEED_RECORD, Seed)

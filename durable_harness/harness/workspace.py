@@ -23,6 +23,7 @@ from typing import Any
 
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import CorruptJournal
+from durable_harness.core.fork import load_fork
 from durable_harness.core.sandbox import Sandbox, SandboxState
 from durable_harness.core.seed import load_seed
 from durable_harness.core.types import StepStatus, TurnStatus
@@ -218,7 +219,8 @@ def session_snapshot(
     """The newest workspace snapshot of the session: the last finished step's over the
     turns before ``before_index`` that are done or cancelled (every turn, finished or
     not, when it is None: what ``diff`` shows while a turn waits on CI); else, with
-    ``seed``, the session's seed (``run --repo``); else None (an empty workspace).
+    ``seed``, the session's seed (``run --repo``) or the workspace at its fork point
+    (``fork``); else None (an empty workspace).
 
     A turn whose own journal holds none yet starts from ``session_snapshot(world,
     session, turn.index)``: every adapter asks this one function, so the first delivery
@@ -234,5 +236,8 @@ def session_snapshot(
                 digest = str(step.meta["workspace"])
     if digest is None and seed:
         found = load_seed(world, world, session_id)
-        digest = None if found is None else found.snapshot
+        if found is not None:
+            return found.snapshot
+        fork = load_fork(world, world, session_id)
+        digest = None if fork is None else fork.workspace
     return digest

@@ -14,6 +14,8 @@ from typing import Any
 from durable_harness.adapters import get_adapter
 from durable_harness.adapters.base import TurnRun
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.fork import Fork, save_fork
+from durable_harness.core.seed import save_seed
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import FINISHED, UNFINISHED, Lease, Turn, TurnStatus
@@ -86,7 +88,10 @@ def start_turn(
     *,
     queue_behind: bool = False,
     seed: PreparedSeed | None = None,
+    fork: Fork | None = None,
     turn_id: str | None = None,
+    new_session_id: str | None = None,
+    session_meta: dict[str, Any] | None = None,
 ) -> Turn:
     """Check the configuration (against this process's own policy too, so a turn its
     workers would refuse fails here), then create (or extend) the session and enqueue a
@@ -100,9 +105,14 @@ def start_turn(
     earlier one is unfinished (workers park it until that one ends); without, that is an
     error, since the caller means to drive the new turn now.
 
+    ``fork`` (from :func:`~.fork.fork_turn`) starts a new session from a cut of another
+    one's turn, as ``seed`` does from a repository; its turn may have an empty prompt (it
+    continues from the cut without a new message).
+
     ``turn_id``: the new turn's id, when the caller recorded something under it first
-    (``serve`` records its owner before the turn exists); else a fresh one."""
-    if not prompt.strip():
+    (``serve`` records its owner before the turn exists); else a fresh one. The same for
+    ``new_session_id``, a new session's, which also gets ``session_meta``."""
+    if not prompt.strip() and (fork is None or prompt):
         raise ConfigError("the prompt is empty: say what the agent should do")
     typed = TurnConfig.of(config)
     if typed.image is not None and not typed.docker:
@@ -118,6 +128,8 @@ def start_turn(
     if typed.setup is not None and not typed.setup.strip():
         raise ConfigError("--setup is empty: give the command that installs the toolchain")
     get_adapter(str(config["agent"])).check(admit(config, settings).config, settings)
+    if session_id is not None and fork is not None:
+        raise ConfigError(f"a fork starts a new session: it cannot be added to {session_id}")
     if session_id is not None and seed is not None:
         raise ConfigError(
             f"--repo seeds a new session, and session {session_id} has its workspace already: "
@@ -133,10 +145,17 @@ def start_turn(
                 "queue this one behind it with --detach"
             )
     else:
-        session_id = new_id("ses")
-        world.create_session(session_id, {"agent": config["agent"]})
+        session_id = new_session_id or new_id("ses")
+        meta: dict[str, Any] = {**(session_meta or {}), "agent": config["agent"]}
+        if fork is not None:
+            meta["forked_from"] = {"turn": fork.turn_id, "at": fork.at}
+        world.create_session(session_id, meta)
         if seed is not None:
             record_seed(world, session_id, seed)
+        if fork is not None:
+            save_fork(world, world, session_id, fork)
+            if fork.seed is not None:
+                save_seed(world, world, session_id, fork.seed)
     # The trace every delivery's spans join, even when the exporter is off now: a worker
     # that exports later still gives the turn one trace.
     config = {"trace_id": new_trace_id(), **config}

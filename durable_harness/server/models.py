@@ -38,6 +38,14 @@ class PostTurn(_Request):
     budget_session_usd: float | None = Field(default=None, gt=0)
 
 
+class ForkTurn(_Request):
+    at: int = Field(ge=0, description="the step of the turn the fork is cut before")
+    prompt: str = Field(
+        default="",
+        description="what the fork's first turn is asked; empty: it goes on from the cut",
+    )
+
+
 class CancelTurn(_Request):
     reason: str = Field(default="cancelled through the API", max_length=2000)
 

@@ -1,4 +1,4 @@
-"""Sessions and turns: create, read, list (paged), post a turn, cancel.
+"""Sessions and turns: create, read, list (paged), post a turn, fork one, cancel.
 
 A session fixes the agent, workspace and tool sets of its turns, chosen from what the
 operator registered; a turn's configuration is built here from the session, never
@@ -36,6 +36,7 @@ from durable_harness.server.models import (
     CancelOut,
     CancelTurn,
     CreateSession,
+    ForkTurn,
     PostTurn,
     SessionOut,
     SessionPage,
@@ -252,6 +253,16 @@ def get_session(session_id: str, ctx: Ctx, caller: Auth) -> SessionOut:
     )
 
 
+def started(turn: Turn) -> TurnStarted:
+    return TurnStarted(
+        turn_id=turn.turn_id,
+        session_id=turn.session_id,
+        index=turn.index,
+        status=turn.status.value,
+        events=f"/v1/turns/{turn.turn_id}/events",
+    )
+
+
 @router.post("/sessions/{session_id}/turns", status_code=202, response_model=TurnStarted)
 def post_turn(session_id: str, body: PostTurn, ctx: Ctx, caller: Auth) -> TurnStarted:
     """Queue a turn in the session and answer at once: workers run it. A turn posted
@@ -272,13 +283,41 @@ def post_turn(session_id: str, body: PostTurn, ctx: Ctx, caller: Auth) -> TurnSt
         ctx.world, ctx.settings, body.prompt, config, session_id, queue_behind=True,
         turn_id=turn_id,
     )  # fmt: skip
-    return TurnStarted(
-        turn_id=turn.turn_id,
-        session_id=turn.session_id,
-        index=turn.index,
-        status=turn.status.value,
-        events=f"/v1/turns/{turn.turn_id}/events",
-    )
+    return started(turn)
+
+
+@router.post("/turns/{turn_id}/fork", status_code=202, response_model=TurnStarted)
+def fork_turn(turn_id: str, body: ForkTurn, ctx: Ctx, caller: Auth) -> TurnStarted:
+    """A new session of the caller's that continues the turn from before step ``at``
+    (docs/fork.md): the history before it read back, the workspace as it was there; its
+    first turn is queued with ``prompt``. The original is not changed."""
+    origin = ctx.turn(caller, turn_id)
+    session, owner = ctx.session(caller, origin.session_id)
+    if body.prompt and not body.prompt.strip():
+        raise ApiError(
+            422, "prompt is blank: give one, or none to go on from the cut", "empty_prompt"
+        )
+    tenant = owner or caller.tenant
+    admit_session(ctx.world, tenant, ctx.limits)
+    admit_turn(ctx.world, tenant, ctx.limits)
+    from durable_harness.runtime.fork import prepare_fork
+
+    fork, _ = prepare_fork(ctx.world, turn_id, body.at, body.prompt)
+    # Built here from the origin session, as every API turn is, with the limits its
+    # caller had set on the turn forked (start_turn refuses one above a ceiling).
+    api = session.meta.get("api") or {}
+    agent = str(session.meta.get("agent") or "builtin")
+    config = _config(ctx, agent, api.get("workspace"), list(api.get("tools") or []))
+    config.update({k: origin.config[k] for k in TURN_LIMITS if origin.config.get(k) is not None})
+    session_id, new_turn = new_id("ses"), new_id("turn")
+    now = time.time()
+    ctx.world.put_owner("session", session_id, tenant, now)
+    ctx.world.put_owner("turn", new_turn, tenant, now)
+    turn = start_turn(
+        ctx.world, ctx.settings, body.prompt, config, fork=fork, turn_id=new_turn,
+        new_session_id=session_id, session_meta={"api": api},
+    )  # fmt: skip
+    return started(turn)
 
 
 @router.get("/sessions/{session_id}/turns", response_model=TurnPage)

@@ -18,6 +18,7 @@ ROUTES = {
     "/v1/turns": {"get"},
     "/v1/turns/{turn_id}": {"get"},
     "/v1/turns/{turn_id}/cancel": {"post"},
+    "/v1/turns/{turn_id}/fork": {"post"},
     "/v1/turns/{turn_id}/events": {"get"},
     "/v1/turns/{turn_id}/steps": {"get"},
     "/v1/turns/{turn_id}/steps/{seq}": {"get"},
@@ -159,6 +160,7 @@ def test_a_tenant_reaches_nothing_of_another(harness: Harness) -> None:
                 api_b.get(f"/v1/turns/{tid}/events"),
                 api_b.post(f"/v1/turns/{tid}/signals/go", json={"ok": True}),
                 api_b.post(f"/v1/turns/{tid}/cancel", json={}),
+                api_b.post(f"/v1/turns/{tid}/fork", json={"at": 0}),
             ]
             for response in denied:
                 status, _code, message = error_of(response)

@@ -23,11 +23,12 @@ from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.push_tool import GIT_PUSH, push_tools
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import SandboxError, SandboxUnavailable, TurnFailed, TurnSuspended
+from durable_harness.core.fork import load_fork
 from durable_harness.core.keys import ordinal_model_key, ordinal_tool_key
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
-from durable_harness.core.types import Replay, Step, StepStatus, TurnStatus
+from durable_harness.core.types import Replay, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.usage import anthropic_usage, model_of
 from durable_harness.core.world import World
 from durable_harness.harness.approval import (
@@ -174,8 +175,9 @@ def possibly_ran_value(message: str) -> dict[str, Any]:
 
 
 def conversation_from_journal(world: World, prompt: str, steps: list[Step]) -> list[dict[str, Any]]:
-    """Rebuild a finished turn's messages from its journal rows (model replies, tool results)."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    """Rebuild a finished turn's messages from its journal rows (model replies, tool results).
+    An empty ``prompt`` (a fork's turn without a new prompt) adds no message of its own."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}] if prompt else []
     results: list[dict[str, Any]] = []
     for step in steps:
         value = decode_output(world, step)
@@ -202,8 +204,10 @@ class _SessionStart:
 
 def session_start(world: World, session_id: str, turn_index: int) -> _SessionStart:
     """History from the session's earlier turns that are done or cancelled (what a
-    cancelled one finished); the workspace they left (or the session's seed)."""
-    history: list[dict[str, Any]] = []
+    cancelled one finished), after the conversation a forked session began with; the
+    workspace they left (or the session's seed, or its fork point's)."""
+    fork = load_fork(world, world, session_id)
+    history: list[dict[str, Any]] = [] if fork is None else list(fork.history)
     for turn in world.list_turns(session_id):
         if turn.index >= turn_index or turn.status not in CONTINUED:
             continue
@@ -213,27 +217,34 @@ def session_start(world: World, session_id: str, turn_index: int) -> _SessionSta
             if not any(s.kind == "model" for s in steps):
                 continue  # cancelled before the model said anything: nothing to continue
             messages = conversation_from_journal(world, turn.prompt, steps)
-            history.extend(close_unanswered(messages, turn.error or "cancelled"))
+            note = f"not run: the turn was cancelled ({turn.error or 'cancelled'})"
+            history.extend(close_unanswered(messages, note))
         else:
             history.extend(conversation_from_journal(world, turn.prompt, steps))
     return _SessionStart(history, session_snapshot(world, session_id, turn_index))
 
 
+#: The result a fork gives the tool uses its cut left without one.
+FORKED_NOTE = (
+    "not run: the session was forked before this call (durable-harness fork); the "
+    "workspace is as it was before it"
+)
+
 #: The statuses of the earlier turns a session's next turn continues from.
 CONTINUED = (TurnStatus.DONE, TurnStatus.CANCELLED)
 
 
-def close_unanswered(messages: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]:
-    """``messages`` of a cancelled turn, with a result for each tool use of its last
-    reply that never ran (the API refuses a tool use without one): the cancel's reason."""
+def close_unanswered(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
+    """``messages`` of a cancelled or forked turn, with a result for each tool use of its
+    last reply that never ran (the API refuses a tool use without one): ``note``."""
     at = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
     if at is None:
         return messages
     asked = [b["id"] for b in messages[at]["content"] if b.get("type") == "tool_use"]
     after = messages[at + 1 :]  # at most the user message of the results that came
     answered = {b.get("tool_use_id") for m in after for b in m["content"]}
-    note = {"content": f"not run: the turn was cancelled ({reason})", "is_error": True}
-    missing = [tool_result_block(i, note) for i in asked if i not in answered]
+    result = {"content": note, "is_error": True}
+    missing = [tool_result_block(i, result) for i in asked if i not in answered]
     if not missing:
         return messages
     results = [b for m in after for b in m["content"]]
@@ -248,6 +259,14 @@ class BuiltinAdapter(Adapter):
         resolve_endpoint(turn.base_url)
         load_user_tools(turn.tools, [*WORKSPACE_TOOL_NAMES, *WAIT_TOOL_NAMES, GIT_PUSH])
         open_turn_sandbox(config, settings).close()
+
+    def fork_history(self, world: World, turn: Turn, steps: list[Step]) -> list[dict[str, Any]]:
+        """The session's conversation before ``turn``, then the turn's prompt and its
+        ``steps`` (the finished ones before the fork point), each tool use of the last
+        reply that has no result there answered *not run* (it is after the cut)."""
+        start = session_start(world, turn.session_id, turn.index)
+        messages = conversation_from_journal(world, turn.prompt, steps)
+        return [*start.history, *close_unanswered(messages, FORKED_NOTE)]
 
     def run_turn(self, run: TurnRun) -> str:
         config = run.config
@@ -285,7 +304,8 @@ class _Loop:
         )
         self.base_url = turn.base_url
         self._client: ModelClient | None = None
-        self.messages = [*start.history, {"role": "user", "content": run.turn.prompt}]
+        prompt = run.turn.prompt  # empty: a fork's turn that continues without a new one
+        self.messages = [*start.history, *([{"role": "user", "content": prompt}] if prompt else [])]
         # The newest snapshot: this turn's own last finished tool step, else where the
         # session's previous turn left the workspace. A container's workspace that still
         # holds it is kept as it is.
