@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_harness.core.errors import ConfigError
+from durable_harness.core.fork import Cut
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import VIRTUAL, TurnConfig
 from durable_harness.core.types import Step, Turn
@@ -60,11 +61,11 @@ class Adapter(abc.ABC):
     def run_turn(self, run: TurnRun) -> str:
         """Run (or resume) the turn; return its final reply."""
 
-    def fork_history(self, world: World, turn: Turn, steps: list[Step]) -> list[dict[str, Any]]:
-        """The conversation a fork of ``turn`` starts with, its journal cut after
-        ``steps`` (its finished steps before the fork point): ``durable-harness fork``.
-        ConfigError for an agent whose own session record cannot be cut yet."""
+    def fork_cut(self, world: World, turn: Turn, steps: list[Step], session_id: str) -> Cut:
+        """What a fork of ``turn`` keeps, its journal cut after ``steps`` (its finished
+        steps before the fork point), for the new session ``session_id``: ``durable-harness
+        fork``. ConfigError for an agent whose own session record cannot be cut (yet)."""
         raise ConfigError(
-            f"forking a turn of the {self.name} agent is not supported yet: only the "
-            "built-in agent's turns can be forked (docs/fork.md)"
+            f"forking a turn of the {self.name} agent is not supported yet: the built-in "
+            "agent's and Claude Code's turns can be forked (docs/fork.md)"
         )

@@ -170,7 +170,8 @@ def register(sub: Subparsers) -> Commands:
         description="A new session whose history is TURN's steps before SEQ (read back from "
         "the journal, never asked of the model again), with the workspace as it was there, "
         "continued with PROMPT (without one: from where the cut leaves it). The original "
-        "session is not changed. Built-in agent turns only, for now (docs/fork.md).",
+        "session is not changed. The built-in agent's and Claude Code's turns, for now "
+        "(docs/fork.md).",
     )
     fork.add_argument("turn", metavar="TURN")
     fork.add_argument(

@@ -11,13 +11,15 @@ steps are journaled in the new session only. The origin is only read: its turns,
 and records stay as they were.
 
 A tool use of the last kept reply whose step is at or after ``SEQ`` is answered *not run*
-(it is after the cut, and the workspace is as it was before it). Each agent says what
-its history is (``Adapter.fork_history``); the CLI agents, whose own session records
-would have to be cut at the matching message, refuse for now.
+(it is after the cut, and the workspace is as it was before it). Each agent says what it
+keeps (``Adapter.fork_cut``): the built-in agent its conversation; Claude Code its
+transcript cut at the reply of step ``SEQ`` (``claude_code/fork.py``); the other CLI
+agents, whose own session records are not cut yet, refuse.
 """
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +32,27 @@ from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
 from durable_harness.core.types import Step, StepStatus, Turn
 from durable_harness.core.world import World
 from durable_harness.harness.workspace import session_snapshot
-from durable_harness.runtime.turns import start_turn
+from durable_harness.runtime.turns import new_id, start_turn
 
 __all__ = ["fork_turn", "prepare_fork"]
 
-#: The origin config's fields a fork never copies: each turn gets its own.
+#: The origin config's fields a fork never copies: each turn gets its own (the trace id
+#: from start_turn, a new signal secret here).
 _OWN_FIELDS = ("trace_id", "signal_secret")
 
 
 def prepare_fork(
-    world: World, turn_id: str, at: int, prompt: str = "", *, workspace: str | None = None
+    world: World,
+    turn_id: str,
+    at: int,
+    prompt: str,
+    session_id: str,
+    *,
+    workspace: str | None = None,
 ) -> tuple[Fork, dict[str, Any]]:
-    """The fork of ``turn_id`` before step ``at`` and the config of its first turn;
-    ConfigError (nothing stored) when it cannot be made: see the module docstring."""
+    """The fork of ``turn_id`` before step ``at`` into the new session ``session_id``
+    (not created here) and the config of its first turn; ConfigError (nothing recorded
+    but blobs) when it cannot be made: see the module docstring."""
     origin = world.get_turn(turn_id)
     config = TurnConfig.of(origin.config)
     steps = sorted(world.load_steps(turn_id), key=lambda s: s.seq)
@@ -61,22 +71,42 @@ def prepare_fork(
             f"step {open_steps[0]} of turn {turn_id} has not finished: fork at {open_steps[0]} "
             f"or before, or finish the turn first (`durable-harness resume {turn_id}`)"
         )
-    history = get_adapter(config.agent).fork_history(world, origin, kept)
+    cut = get_adapter(config.agent).fork_cut(world, origin, kept, session_id)
+    history = cut.history
+    if not prompt and cut.record is not None:
+        raise ConfigError(
+            f"a fork of a {config.agent} turn needs a new prompt: its CLI resumes the cut "
+            "session with one"
+        )
     if not prompt and history and history[-1].get("role") == "assistant":
         raise ConfigError(
             f"the cut before step {at} ends with the agent's reply: give a new prompt"
+        )
+    done_tools = [s for s in kept if s.kind == "tool" and s.status is StepStatus.DONE]
+    if (
+        config.workspace not in (VIRTUAL, DOCKER)
+        and done_tools
+        and not any("workspace" in s.meta for s in done_tools)
+    ):
+        raise ConfigError(
+            f"turn {turn_id} ran in the host folder {config.workspace}, whose state at step "
+            f"{at} its journal does not hold (a CLI agent's host folder is not snapshotted): "
+            "only a turn in the virtual workspace, in Docker, or the built-in agent's on a "
+            "host folder can be forked there"
         )
     digest = _workspace_at(world, origin, kept)
     seed = load_seed(world, world, origin.session_id)
     if seed is not None and digest is not None:
         seed = seed.model_copy(update={"snapshot": digest})
     stored = {k: v for k, v in origin.config.items() if k not in _OWN_FIELDS}
+    stored["signal_secret"] = secrets.token_urlsafe(24)  # its own, as every turn's
     stored["workspace"] = _fork_workspace(config.workspace, workspace)
     fork = Fork(
         session_id=origin.session_id,
         turn_id=turn_id,
         at=at,
         history=history,
+        record=cut.record,
         workspace=digest,
         seed=seed,
     )
@@ -96,8 +126,17 @@ def fork_turn(
     """Make the fork (:func:`prepare_fork`) and queue its first turn in a new session;
     the turn's config is the origin's, admitted under this process's policy as a turn
     read from the World is (a fork is never granted what the origin was)."""
-    fork, config = prepare_fork(world, turn_id, at, prompt, workspace=workspace)
-    return start_turn(world, settings, prompt, config, fork=fork, turn_id=new_turn_id)
+    session_id = new_id("ses")
+    fork, config = prepare_fork(world, turn_id, at, prompt, session_id, workspace=workspace)
+    return start_turn(
+        world,
+        settings,
+        prompt,
+        config,
+        fork=fork,
+        turn_id=new_turn_id,
+        new_session_id=session_id,
+    )
 
 
 def _workspace_at(world: World, origin: Turn, kept: list[Step]) -> str | None:

@@ -302,14 +302,14 @@ def fork_turn(turn_id: str, body: ForkTurn, ctx: Ctx, caller: Auth) -> TurnStart
     admit_turn(ctx.world, tenant, ctx.limits)
     from durable_harness.runtime.fork import prepare_fork
 
-    fork, _ = prepare_fork(ctx.world, turn_id, body.at, body.prompt)
+    session_id, new_turn = new_id("ses"), new_id("turn")
+    fork, _ = prepare_fork(ctx.world, turn_id, body.at, body.prompt, session_id)
     # Built here from the origin session, as every API turn is, with the limits its
     # caller had set on the turn forked (start_turn refuses one above a ceiling).
     api = session.meta.get("api") or {}
     agent = str(session.meta.get("agent") or "builtin")
     config = _config(ctx, agent, api.get("workspace"), list(api.get("tools") or []))
     config.update({k: origin.config[k] for k in TURN_LIMITS if origin.config.get(k) is not None})
-    session_id, new_turn = new_id("ses"), new_id("turn")
     now = time.time()
     ctx.world.put_owner("session", session_id, tenant, now)
     ctx.world.put_owner("turn", new_turn, tenant, now)

@@ -102,10 +102,12 @@ def write_script(
     chunk_delay_ms: int = 0,
     fault: str | None = None,
     final_delay_ms: int = 0,
+    first_rules: str = "",
 ) -> Path:
     script = tmp / "script.toml"
     script.write_text(
-        _SCRIPT.format(
+        first_rules
+        + _SCRIPT.format(
             ws=ws,
             bash=bash_command(sleep),
             final=FINAL,
@@ -132,7 +134,9 @@ def claude_harness(
     fault: str | None = None,
     final_delay_ms: int = 0,
     where: str = "host",
+    first_rules: str = "",
 ) -> Iterator[Harness]:
+    """``first_rules``: fake-model rules tried before the turn's own (a test's own turn)."""
     if where == "docker":
         ws = Path("/workspace")
     else:
@@ -145,6 +149,7 @@ def claude_harness(
         chunk_delay_ms=chunk_delay_ms,
         fault=fault,
         final_delay_ms=final_delay_ms,
+        first_rules=first_rules,
     )
     for h in make_harness(tmp, script):
         h.env["NOTIFY_LEDGER"] = str(tmp / "notify.txt")

@@ -200,7 +200,7 @@ def test_a_host_folder_turn_forks_only_into_a_new_folder(
     assert sorted(p.name for p in folder.iterdir()) == ["a.txt", "b.txt"]
 
 
-def test_the_cli_agents_say_they_cannot_be_forked_yet() -> None:
-    for agent in ("claude-code", "codex", "opencode", "pi", "acp:opencode"):
-        with pytest.raises(ConfigError, match="only the built-in agent's turns can be forked"):
-            get_adapter(agent).fork_history(None, None, [])  # type: ignore[arg-type]
+def test_the_other_cli_agents_say_they_cannot_be_forked_yet() -> None:
+    for agent in ("codex", "opencode", "pi", "acp:opencode", "acp:claude-code"):
+        with pytest.raises(ConfigError, match="Claude Code's turns can be forked"):
+            get_adapter(agent).fork_cut(None, None, [], "ses_x")  # type: ignore[arg-type]

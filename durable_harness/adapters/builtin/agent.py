@@ -23,7 +23,7 @@ from durable_harness.adapters.base import Adapter, TurnRun
 from durable_harness.adapters.push_tool import GIT_PUSH, push_tools
 from durable_harness.core.canonical import canonical_json
 from durable_harness.core.errors import SandboxError, SandboxUnavailable, TurnFailed, TurnSuspended
-from durable_harness.core.fork import load_fork
+from durable_harness.core.fork import Cut, load_fork
 from durable_harness.core.keys import ordinal_model_key, ordinal_tool_key
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
@@ -260,13 +260,13 @@ class BuiltinAdapter(Adapter):
         load_user_tools(turn.tools, [*WORKSPACE_TOOL_NAMES, *WAIT_TOOL_NAMES, GIT_PUSH])
         open_turn_sandbox(config, settings).close()
 
-    def fork_history(self, world: World, turn: Turn, steps: list[Step]) -> list[dict[str, Any]]:
+    def fork_cut(self, world: World, turn: Turn, steps: list[Step], session_id: str) -> Cut:
         """The session's conversation before ``turn``, then the turn's prompt and its
         ``steps`` (the finished ones before the fork point), each tool use of the last
         reply that has no result there answered *not run* (it is after the cut)."""
         start = session_start(world, turn.session_id, turn.index)
         messages = conversation_from_journal(world, turn.prompt, steps)
-        return [*start.history, *close_unanswered(messages, FORKED_NOTE)]
+        return Cut(history=[*start.history, *close_unanswered(messages, FORKED_NOTE)])
 
     def run_turn(self, run: TurnRun) -> str:
         config = run.config

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durable_harness.adapters.claude_code.canonical import ClaudeCodeCanonicalizer
+from durable_harness.adapters.claude_code.fork import cut_transcript
 from durable_harness.adapters.claude_code.output import LaunchOutput
 from durable_harness.adapters.claude_code.session import transcript_facts
 from durable_harness.adapters.claude_code.setup import (
@@ -223,4 +224,5 @@ SPEC = CliSpec(
     hooks_wait=10.0,
     hooks_missing="Claude Code did not run the durable-harness hooks (no SessionStart arrived)",
     close_from_request=lambda hooks, body: hooks.close_from_request(body),
+    fork=cut_transcript,
 )

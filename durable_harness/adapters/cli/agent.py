@@ -65,10 +65,12 @@ from durable_harness.adapters.proxy.server import JournalingProxy, ProxyCallback
 from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.push_tool import GIT_PUSH, push_tools
 from durable_harness.core.errors import ConfigError, TurnCancelled
+from durable_harness.core.fork import Cut
 from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, TurnConfig
-from durable_harness.core.types import StepStatus
+from durable_harness.core.types import Step, StepStatus, Turn
+from durable_harness.core.world import World
 from durable_harness.harness.endpoint import is_loopback
 from durable_harness.harness.journal import decode_output
 from durable_harness.harness.tools import Tool, load_user_tools
@@ -146,6 +148,11 @@ class CliAdapter(Adapter):
             open_sandbox("docker", toolchain=turn.image).close()
         else:
             check_version(spec, find_binary(spec))
+
+    def fork_cut(self, world: World, turn: Turn, steps: list[Step], session_id: str) -> Cut:
+        if self.spec.fork is None:
+            return super().fork_cut(world, turn, steps, session_id)
+        return Cut(record=self.spec.fork(world, turn, steps, session_id))
 
     def run_turn(self, run: TurnRun) -> str:
         reply = finished_reply(run)

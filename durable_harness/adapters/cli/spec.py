@@ -31,7 +31,8 @@ from durable_harness.adapters.cli.host import CliHost, CliLaunch, Finished
 from durable_harness.adapters.cli.launches import LaunchPlan
 from durable_harness.adapters.cli.waits import WaitGate
 from durable_harness.adapters.proxy.canonical import Canonicalizer
-from durable_harness.core.types import Step
+from durable_harness.core.types import Step, Turn
+from durable_harness.core.world import World
 from durable_harness.harness.tools import Tool
 
 __all__ = [
@@ -171,6 +172,9 @@ class CliSpec:
     #: Whether a resumed launch's stored plan names its number (``launch``): OpenCode's
     #: never did, and the stored plan keeps its spelling.
     numbered_resumes: bool = True
+    #: ``(world, turn, kept steps, new session id) -> record digest``: the CLI's own
+    #: session record cut at a fork point (``durable-harness fork``); None: not offered.
+    fork: Callable[[World, Turn, list[Step], str], str] | None = None
 
     @property
     def home_prefix(self) -> str:

@@ -20,6 +20,7 @@ from durable_harness.adapters.cli.records import (
     resume_message,
 )
 from durable_harness.adapters.cli.spec import BeforeIntent, LaunchContext
+from durable_harness.core.fork import load_fork
 from durable_harness.core.types import Step
 from durable_harness.core.world import World
 
@@ -61,7 +62,14 @@ class TranscriptFile:
         def latest_save(world: World, session_id: str, turn_id: str, epoch: int) -> str | None:
             return latest_turn_transcript(world, session_id, turn_id, epoch, prefix)
 
-        return previous_turn_transcript(run.world, run.turn.session_id, run.turn.index, latest_save)
+        found = previous_turn_transcript(
+            run.world, run.turn.session_id, run.turn.index, latest_save
+        )
+        if found is None:
+            # A forked session's first turn continues the record its fork cut.
+            fork = load_fork(run.world, run.world, run.turn.session_id)
+            found = None if fork is None else fork.record
+        return found
 
     def resume_message(self, run: TurnRun, steps: list[Step], saved: Any) -> str:
         data = self._store(run).load(str(saved))

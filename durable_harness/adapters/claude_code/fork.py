@@ -1,0 +1,65 @@
+"""Claude Code's part of ``durable-harness fork``: its transcript, cut at the fork point.
+
+A fork of a Claude Code turn before step ``SEQ`` (a model call) keeps the turn's final
+transcript up to the first entry of a reply the journal recorded at ``SEQ`` or later
+(the model step's ``message_id``), every line of it with the new session's Claude Code
+session id. The fork's first launch restores it and runs ``claude --resume`` with the new
+prompt: what the kept lines hold is not asked of the model again.
+"""
+
+from __future__ import annotations
+
+import json
+
+from durable_harness.adapters.claude_code.setup import claude_session_id
+from durable_harness.adapters.cli.records import TranscriptStore, latest_turn_transcript
+from durable_harness.core.errors import ConfigError
+from durable_harness.core.types import Step, Turn
+from durable_harness.core.world import World
+
+__all__ = ["cut_transcript"]
+
+RECORD_PREFIX = "claude-code"
+
+
+def cut_transcript(world: World, turn: Turn, kept: list[Step], session_id: str) -> str:
+    """The digest of a :class:`TranscriptStore` save of ``turn``'s transcript cut after
+    ``kept`` (its steps before the fork point), for the new session ``session_id``."""
+    at = kept[-1].seq + 1 if kept else 0
+    steps = sorted(world.load_steps(turn.turn_id), key=lambda s: s.seq)
+    step = next(s for s in steps if s.seq == at)
+    if step.kind != "model":
+        raise ConfigError(
+            f"step {at} of turn {turn.turn_id} is a {step.kind} step: a Claude Code turn is "
+            "forked before one of its model calls (its transcript is cut at a reply)"
+        )
+    saved = latest_turn_transcript(world, turn.session_id, turn.turn_id, turn.epoch + 1)
+    if saved is None:
+        raise ConfigError(f"turn {turn.turn_id} has no saved transcript to fork from")
+    store = TranscriptStore(world, record_prefix=RECORD_PREFIX)
+    data = store.load(saved)
+    cut_replies = {
+        str(s.meta["message_id"])
+        for s in steps
+        if s.kind == "model" and s.seq >= at and s.meta.get("message_id")
+    }
+    new_id = claude_session_id(session_id)
+    lines: list[bytes] = []
+    for line in data.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line half written when it was saved
+        if not isinstance(entry, dict):
+            continue
+        message = entry.get("message")
+        if isinstance(message, dict) and message.get("id") in cut_replies:
+            break
+        if "sessionId" in entry:
+            entry["sessionId"] = new_id
+        lines.append(json.dumps(entry, ensure_ascii=False).encode())
+    return (
+        TranscriptStore(world, record_prefix=RECORD_PREFIX)
+        .save(b"".join(line + b"\n" for line in lines))
+        .digest
+    )
