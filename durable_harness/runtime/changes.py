@@ -75,8 +75,8 @@ def export_session(world: World, session: str, folder: Path) -> SandboxState:
     if folder.is_symlink() or (folder.exists() and (not folder.is_dir() or any(folder.iterdir()))):
         raise ConfigError(f"{folder} is not an empty folder; give a new or empty one")
     session_id = _session_id(world, session)
-    seed = load_seed(world, world, session_id)
-    digest = newest_snapshot(world, session_id) or (seed.snapshot if seed else None)
+    # The newest snapshot, else where the session began (its seed's, or its fork point's).
+    digest = session_snapshot(world, session_id)
     if digest is None:
         raise ConfigError(f"session {session_id} has no workspace snapshot: nothing to export")
     state = work_files(_load(world, session_id, digest))

@@ -29,7 +29,7 @@ from durable_harness.core.fork import Fork
 from durable_harness.core.seed import load_seed
 from durable_harness.core.settings import Settings
 from durable_harness.core.turn_config import DOCKER, VIRTUAL, TurnConfig
-from durable_harness.core.types import Step, StepStatus, Turn
+from durable_harness.core.types import FINISHED, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import World
 from durable_harness.harness.workspace import session_snapshot
 from durable_harness.runtime.turns import new_id, start_turn
@@ -59,17 +59,26 @@ def prepare_fork(
     if not steps:
         raise ConfigError(f"turn {turn_id} has no step yet: there is nothing to fork")
     seqs = [s.seq for s in steps]
-    if at not in seqs:
+    # One past the last step of a finished turn: the fork keeps all of it (a new branch
+    # of the conversation, asked the new prompt).
+    end = [seqs[-1] + 1] if origin.status is TurnStatus.DONE else []
+    if at not in seqs + end:
+        after = f" (or {end[0]}: after its reply)" if end else ""
         raise ConfigError(
-            f"turn {turn_id} has steps {seqs[0]}..{seqs[-1]}: --at names the step the fork "
-            f"is cut before (`durable-harness show {turn_id}` lists them), not {at}"
+            f"turn {turn_id} has steps {seqs[0]}..{seqs[-1]}{after}: --at names the step "
+            f"the fork is cut before (`durable-harness show {turn_id}` lists them), not {at}"
         )
     kept = [s for s in steps if s.seq < at]
     open_steps = [s.seq for s in kept if s.status is StepStatus.INTENT]
     if open_steps:
+        finish = (
+            ""
+            if origin.status in FINISHED
+            else f", or finish the turn first (`durable-harness resume {turn_id}`)"
+        )
         raise ConfigError(
-            f"step {open_steps[0]} of turn {turn_id} has not finished: fork at {open_steps[0]} "
-            f"or before, or finish the turn first (`durable-harness resume {turn_id}`)"
+            f"step {open_steps[0]} of turn {turn_id} has not finished: fork at "
+            f"{open_steps[0]} or before{finish}"
         )
     cut = get_adapter(config.agent).fork_cut(world, origin, kept, session_id)
     history = cut.history
@@ -101,6 +110,11 @@ def prepare_fork(
     stored = {k: v for k, v in origin.config.items() if k not in _OWN_FIELDS}
     stored["signal_secret"] = secrets.token_urlsafe(24)  # its own, as every turn's
     stored["workspace"] = _fork_workspace(config.workspace, workspace)
+    if stored["workspace"] != DOCKER:
+        # A toolchain image and its setup belong to a container: moved out of Docker,
+        # the fork runs without them (as `run` refuses them off Docker).
+        stored.pop("image", None)
+        stored.pop("setup", None)
     fork = Fork(
         session_id=origin.session_id,
         turn_id=turn_id,
@@ -164,7 +178,7 @@ def _fork_workspace(origin: str, given: str | None) -> str:
             f"the turn ran in the host folder {origin}: a fork works in its own, give "
             "--workspace with a new, empty folder (or virtual, or docker)"
         )
-    if folder.exists() and any(folder.iterdir()):
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ConfigError(
             f"--workspace {folder} is not empty: a fork starts from the snapshot at its "
             "fork point, in an empty folder"

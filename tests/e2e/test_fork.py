@@ -165,11 +165,15 @@ def test_bad_forks_are_refused_and_record_nothing(fork_harness: Harness, tmp_pat
     origin = finished_turn(h)
     with world_of(h) as world:
         sessions = len(world.list_sessions())
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
     for args, says in [
-        (["--at", "9"], "has steps 0..4"),
+        (["--at", "9"], "has steps 0..4 (or 5: after its reply)"),
         (["--at", "-1"], "has steps 0..4"),
         (["--at", "2", "   "], "the prompt is empty"),
+        (["--at", "5"], "ends with the agent's reply: give a new prompt"),
         (["--at", "2", "--workspace", str(tmp_path)], "is not empty"),
+        (["--at", "2", "--workspace", str(a_file)], "is not empty"),
     ]:
         out = h.cli("fork", origin["turn"], *args)
         assert out.returncode == 2, (args, out.stdout, out.stderr)
@@ -204,3 +208,23 @@ def test_the_other_cli_agents_say_they_cannot_be_forked_yet() -> None:
     for agent in ("codex", "opencode", "pi", "acp:opencode", "acp:claude-code"):
         with pytest.raises(ConfigError, match="Claude Code's turns can be forked"):
             get_adapter(agent).fork_cut(None, None, [], "ses_x")  # type: ignore[arg-type]
+
+
+def test_fork_after_the_final_reply_and_export_before_it_ran(
+    fork_harness: Harness, tmp_path: Path
+) -> None:
+    """A cut after a finished turn's last step keeps all of it (a new branch of the
+    conversation); the fork's session exports the fork point's files before its own
+    turn has run."""
+    h = fork_harness
+    origin = finished_turn(h)
+    forked = h.cli("fork", origin["turn"], "--at", "5", "Which files did you write?", "--detach")
+    assert forked.returncode == 0, forked.stderr
+    ids = ids_of(forked)
+    out = tmp_path / "out"
+    exported = h.cli("export", ids["session"], str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["a.txt", "b.txt"]
+    ran = h.cli("worker", "--until-idle")
+    assert ran.returncode == 0, ran.stderr
+    assert h.show(ids["turn"])["turn"]["result"] == "a.txt and b.txt."

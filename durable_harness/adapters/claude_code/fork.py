@@ -27,8 +27,8 @@ def cut_transcript(world: World, turn: Turn, kept: list[Step], session_id: str) 
     ``kept`` (its steps before the fork point), for the new session ``session_id``."""
     at = kept[-1].seq + 1 if kept else 0
     steps = sorted(world.load_steps(turn.turn_id), key=lambda s: s.seq)
-    step = next(s for s in steps if s.seq == at)
-    if step.kind != "model":
+    step = next((s for s in steps if s.seq == at), None)  # None: after the final reply
+    if step is not None and step.kind != "model":
         raise ConfigError(
             f"step {at} of turn {turn.turn_id} is a {step.kind} step: a Claude Code turn is "
             "forked before one of its model calls (its transcript is cut at a reply)"
