@@ -238,6 +238,8 @@ class Journal:
         input: Any,
         replay: Replay,
         store_input: bool = False,
+        settle: Callable[[int], Checked] | None = None,
+        rerun_if_absent: bool = False,
     ) -> StepResult | OpenStep:
         """Phase one of a step found by its ``key``, not its position.
 
@@ -246,15 +248,21 @@ class Journal:
         come back in a new order, or not at all, after a crash. A recorded step with this
         key is answered from the journal (a :class:`StepResult`); otherwise the intent is
         committed at the next free ``seq`` and an :class:`OpenStep` returned: run the call,
-        then pass its outcome to :meth:`end`. Thread-safe.
+        then pass its outcome to :meth:`end`. ``settle`` and ``rerun_if_absent`` as for
+        :meth:`run` (an interrupted ``never`` step whose check says *absent* under a key
+        the downstream honours comes back open, to run again). Thread-safe.
         """
         with self._lock:
             recorded = self._by_key.get(key)
             if recorded is None and kind == "model":
                 self._check_budget()
             seq = recorded.seq if recorded is not None else max(self.recorded, default=-1) + 1
-            begun = self._begin(seq, kind, name, key, input, replay, store_input)
-        assert not isinstance(begun, _Unsettled)  # keyed steps take no check (yet)
+            begun = self._begin(
+                seq, kind, name, key, input, replay, store_input, settling=settle is not None
+            )
+        if isinstance(begun, _Unsettled):
+            assert settle is not None
+            return self._settle(begun.step, settle, rerun_if_absent)
         return begun
 
     def _check_budget(self) -> None:

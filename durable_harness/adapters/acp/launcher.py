@@ -126,7 +126,8 @@ class AcpLauncher:
             previous = previous_turn_transcript(run.world, turn.session_id, turn.index)
             mode: Literal["new", "resume"] = "resume" if previous is not None else "new"
             return LaunchPlan(mode, turn.prompt, previous, None, "transcript")
-        close_interrupted(self.journal, run.world, self.policy, self.tools)
+        secret = run.turn_config.signal_secret or ""
+        close_interrupted(self.journal, run.world, self.policy, self.tools, secret)
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         message = resume_message_from_facts(run.world, turn.prompt, steps, _NO_FACTS)
         return LaunchPlan("resume", message, saved, number, "transcript")

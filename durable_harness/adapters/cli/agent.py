@@ -227,7 +227,8 @@ class CliLauncher:
             mode: Literal["new", "resume"] = "resume" if previous is not None else "new"
             return LaunchPlan(mode, run.turn.prompt, previous, None, record.key)
         policy = self.spec.replay_policy(self.config)
-        close_interrupted(self.journal, run.world, policy, self.tools)
+        secret = run.turn_config.signal_secret or ""
+        close_interrupted(self.journal, run.world, policy, self.tools, secret)
         steps = sorted(self.journal.recorded.values(), key=lambda s: s.seq)
         message = record.resume_message(run, steps, saved)
         numbered = number if self.spec.numbered_resumes else None

@@ -45,6 +45,7 @@ from durable_harness.adapters.cli.host import (
     stored_input,
 )
 from durable_harness.adapters.cli.jobs import job_id
+from durable_harness.adapters.cli.mcp import begin_host_tool, invoke_host
 from durable_harness.adapters.cli.waits import WaitGate
 from durable_harness.core.errors import (
     DurableHarnessError,
@@ -52,11 +53,11 @@ from durable_harness.core.errors import (
     TurnFailed,
     TurnSuspended,
 )
-from durable_harness.core.keys import launch_key
+from durable_harness.core.keys import launch_key, tool_use_id_of
 from durable_harness.core.types import StepStatus
 from durable_harness.core.world import World
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
-from durable_harness.harness.tools import Tool
+from durable_harness.harness.tools import Tool, ToolContext
 
 __all__ = [
     "LaunchPlan",
@@ -185,11 +186,18 @@ def finished_reply(run: TurnRun) -> str | None:
 
 
 def close_interrupted(
-    journal: Journal, world: World, policy: ReplayPolicy, host_tools: list[Tool]
+    journal: Journal,
+    world: World,
+    policy: ReplayPolicy,
+    host_tools: list[Tool],
+    signal_secret: str = "",
 ) -> None:
     """Before a resume: finish every interrupted ``never`` tool call *possibly ran* (it will
     not run again, and the resume message says so); a ``safe`` one stays open, to run again
-    if the CLI calls it. Host tools carry their own label, the CLI's tools the policy's."""
+    if the CLI calls it. Host tools carry their own label, the CLI's tools the policy's.
+    A ``never`` host tool with a check is settled by it first (``begin_host_tool``): done,
+    the step is finished with its result (which the resume message quotes); absent under a
+    key its downstream honours, it is run again here, under that key."""
     host = {t.name: t for t in host_tools}
     for step in list(journal.recorded.values()):
         if step.kind != "tool" or step.status is not StepStatus.INTENT:
@@ -197,10 +205,20 @@ def close_interrupted(
         tool_input = json.loads(stored_input(world, step))
         host_tool = host.get(step.name)
         label = host_tool.replay if host_tool else policy.label(step.name, tool_input)
-        if label == "never":
+        if label != "never":
+            continue
+        if host_tool is None or host_tool.check is None:
             journal.begin_keyed(
                 kind="tool", name=step.name, key=step.key, input=tool_input, replay="never"
             )
+            continue
+        ctx = ToolContext(journal.turn_id, journal.lease.session_id, step.seq, signal_secret)
+        begun = begin_host_tool(
+            journal, host_tool, step.name, tool_use_id_of(step.key), tool_input, ctx
+        )
+        if isinstance(begun, OpenStep):
+            value = invoke_host(host_tool, tool_input, ctx)
+            journal.end(begun, Outcome(value, {"source": "mcp"}))
 
 
 def _run(

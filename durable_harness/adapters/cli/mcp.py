@@ -22,6 +22,7 @@ model sees, nothing journaled) rather than run ungated.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from durable_harness.core.canonical import canonical_json
@@ -30,7 +31,7 @@ from durable_harness.core.keys import tool_key
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.approval import needs_approval
 from durable_harness.harness.journal import Journal, OpenStep, Outcome, StepResult, decode_output
-from durable_harness.harness.tools import Tool, ToolContext, ToolInputError
+from durable_harness.harness.tools import Checked, Tool, ToolContext, ToolInputError
 
 if TYPE_CHECKING:
     from durable_harness.adapters.cli.ledger import ToolLedger
@@ -55,10 +56,27 @@ APPROVAL_REFUSED = (
 
 
 def begin_host_tool(
-    journal: Journal, tool: Tool, name: str, tool_use_id: str, tool_input: Any
+    journal: Journal,
+    tool: Tool,
+    name: str,
+    tool_use_id: str,
+    tool_input: Any,
+    ctx: ToolContext | None = None,
 ) -> OpenStep | StepResult:
     """Begin the step of a host tool the CLI called (keyed by its tool_use_id, so a
-    relaunch's call finds it): an open step to run, or the recorded result."""
+    relaunch's call finds it): an open step to run, or the recorded result. A ``never``
+    tool with a check (``ctx``: the context it is asked with, any seq) that finds its
+    interrupted call done is finished with the check's result; absent, under a key the
+    tool's downstream honours, the step comes back open to run again; else *possibly ran*."""
+    settle = None
+    if tool.check is not None and ctx is not None:
+
+        def settle(seq: int) -> Checked:
+            checked = tool.settle(tool_input, replace(ctx, seq=seq))
+            if checked.state != "done":
+                return checked
+            return replace(checked, result=host_value(checked.result))
+
     return journal.begin_keyed(
         kind="tool",
         name=name,
@@ -66,7 +84,29 @@ def begin_host_tool(
         input=tool_input,
         replay=tool.replay,
         store_input=True,
+        settle=settle,
+        rerun_if_absent=tool.idempotent,
     )
+
+
+def host_value(out: Any) -> dict[str, Any]:
+    """A host tool's return value as the step's outcome (and the CLI's tool result)."""
+    return {"content": out if isinstance(out, str) else _jsonish(out), "is_error": False}
+
+
+def invoke_host(tool: Tool, arguments: Any, ctx: ToolContext) -> dict[str, Any]:
+    """Run a host tool for a CLI: its value, or its failure as an error result (a turn
+    that parks at a wait is not a failure: TurnSuspended goes up)."""
+    try:
+        return host_value(tool.invoke(arguments, ctx))
+    except TurnSuspended:
+        # A wait reached without its PreToolUse hook (which defers it): stop the launch
+        # (the proxy stores this as fatal) and park the turn; nothing is recorded.
+        raise
+    except ToolInputError as exc:
+        return {"content": str(exc), "is_error": True}
+    except Exception as exc:  # a host tool's failure is its result
+        return {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
 
 
 class HostToolServer:
@@ -142,23 +182,13 @@ class HostToolServer:
             for other in sorted(self.ledger.same_call(tool_use_id) - {tool_use_id}):
                 if self.journal.lookup(tool_key(other)) is not None:
                     return self._again(other)  # journaled (maybe by another worker) as that
-        begun = begin_host_tool(self.journal, tool, name, tool_use_id, arguments)
+        ctx = ToolContext(self.journal.turn_id, self.session_id, 0, self.signal_secret)
+        begun = begin_host_tool(self.journal, tool, name, tool_use_id, arguments, ctx)
         if isinstance(begun, StepResult):
             if begun.status is StepStatus.POSSIBLY_RAN:
                 return _result(str(begun.value), True)
             return _result(str(begun.value.get("content", "")), bool(begun.value.get("is_error")))
-        ctx = ToolContext(self.journal.turn_id, self.session_id, begun.step.seq, self.signal_secret)
-        try:
-            out = tool.invoke(arguments, ctx)
-            value = {"content": out if isinstance(out, str) else _jsonish(out), "is_error": False}
-        except TurnSuspended:
-            # A wait reached without its PreToolUse hook (which defers it): stop the launch
-            # (the proxy stores this as fatal) and park the turn; nothing is recorded.
-            raise
-        except ToolInputError as exc:
-            value = {"content": str(exc), "is_error": True}
-        except Exception as exc:  # a host tool's failure is its result
-            value = {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
+        value = invoke_host(tool, arguments, replace(ctx, seq=begun.step.seq))
         self.journal.end(begun, Outcome(value, {"source": "mcp"}))
         return _result(str(value["content"]), bool(value["is_error"]))
 
