@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
     PrivateAttr,
     SecretStr,
@@ -43,6 +45,25 @@ def _split_list(value: Any) -> Any:
 
 #: A list of strings read as ``a,b,c`` or as a JSON list (for items that hold commas).
 ListSetting = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_list)]
+
+
+def _json_object(value: Any) -> Any:
+    """A mapping setting from its variable: a JSON object."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"not a JSON object: {exc}") from None
+    return value
+
+
+class TenantBudget(BaseModel):
+    """One tenant's spend limits (:attr:`Settings.tenant_budgets`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: int | None = Field(default=None, gt=0)
+    usd: float | None = Field(default=None, gt=0)
 
 
 class EnvSettings(BaseSettings):
@@ -102,6 +123,13 @@ class Settings(EnvSettings):
     budget_session_usd: float | None = Field(default=None, gt=0)
     budget_tenant_tokens: int | None = Field(default=None, gt=0)
     budget_tenant_usd: float | None = Field(default=None, gt=0)
+    #: Per-tenant overrides of the two above, as JSON ``{"TENANT": {"tokens": N, "usd":
+    #: X}}``: a unit a tenant's entry gives replaces the default for that tenant, one it
+    #: leaves out keeps the default. An operator's setting: nothing a turn or a tenant
+    #: writes (the World included) changes it.
+    tenant_budgets: Annotated[dict[str, TenantBudget], NoDecode, BeforeValidator(_json_object)] = (
+        Field(default_factory=dict)
+    )
     max_files: int = 500
     max_bytes: int = 10 * 1024 * 1024
     #: The longest a tool may run, whatever timeout the model asks for: a bash command

@@ -70,7 +70,8 @@ TURN_LIMITS = (
     "budget_session_tokens",
     "budget_session_usd",
 )
-#: The operator's alone: the same for every tenant, never in a turn.
+#: The operator's alone, never in a turn: the same for every tenant but those its
+#: ``tenant_budgets`` names.
 OPERATOR_ONLY = ("budget_tenant_tokens", "budget_tenant_usd")
 _MILLION = 1_000_000
 #: What :class:`BudgetExceeded`'s message begins with, and how it is read back.
@@ -85,6 +86,9 @@ class Limit:
     scope: str  # turn | session | tenant
     unit: str  # tokens | usd
     value: float
+    #: The operator's entry the tenant's limit came from (DURABLE_HARNESS_TENANT_BUDGETS),
+    #: None for the defaults.
+    tenant_entry: str | None = None
 
     @property
     def setting(self) -> str:
@@ -153,8 +157,19 @@ class Budget:
         values = {name: config.get(name) for name in TURN_LIMITS}
         values |= {name: getattr(operator, name) for name in OPERATOR_ONLY}
         tenant = world.get_owner("turn", turn_id)
+        entry = operator.tenant_budgets.get(tenant) if tenant is not None else None
+        overridden: set[str] = set()
+        for unit in UNITS if entry is not None else ():
+            if getattr(entry, unit) is not None:
+                values[f"budget_tenant_{unit}"] = getattr(entry, unit)
+                overridden.add(unit)
         limits = tuple(
-            Limit(scope, unit, float(value))
+            Limit(
+                scope,
+                unit,
+                float(value),
+                tenant if scope == "tenant" and unit in overridden else None,
+            )
             for scope in SCOPES
             for unit in UNITS
             if (value := values.get(f"budget_{scope}_{unit}")) is not None
@@ -210,7 +225,9 @@ def exceeded_message(limit: Limit, spent: Spend) -> str:
     shown = f"{int(spent.tokens)}" if limit.unit == "tokens" else f"{spent.usd:.6f}"
     cap = f"{int(limit.value)}" if limit.unit == "tokens" else f"{limit.value:.6f}"
     how = (
-        "the operator's DURABLE_HARNESS_BUDGET_TENANT_" + limit.unit.upper()
+        f"the operator's DURABLE_HARNESS_TENANT_BUDGETS entry of tenant {limit.tenant_entry!r}"
+        if limit.tenant_entry is not None
+        else "the operator's DURABLE_HARNESS_BUDGET_TENANT_" + limit.unit.upper()
         if limit.scope == "tenant"
         else f"a new turn of the session with a higher --{limit.setting.replace('_', '-')} "
         f"(at most the worker's DURABLE_HARNESS_{limit.setting.upper()})"

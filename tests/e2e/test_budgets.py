@@ -138,3 +138,41 @@ def test_two_workers_overshoot_a_tenants_budget_by_one_call_each(h: Harness) -> 
     finally:
         api.close()
         serve.stop()
+
+
+def test_a_tenants_own_budget_overrides_the_default(h: Harness) -> None:
+    """DURABLE_HARNESS_TENANT_BUDGETS gives one tenant its own limit (the operator's, in
+    the workers' environment): acme stops at its 3000 tokens, globex at the default 5000;
+    the error names where acme's limit comes from."""
+    h.env["DURABLE_HARNESS_BUDGET_TENANT_TOKENS"] = "5000"
+    h.env["DURABLE_HARNESS_TENANT_BUDGETS"] = json.dumps({"acme": {"tokens": 3000}})
+    tokens = {}
+    for tenant in ("acme", "globex"):
+        made = h.cli("token", "create", "--tenant", tenant)
+        assert made.returncode == 0, made.stderr
+        tokens[tenant] = made.stdout.strip()
+    serve = start_serve(h)
+    try:
+        turns = {}
+        for tenant, token in tokens.items():
+            with serve.http(token) as api:
+                sid = api.post("/v1/sessions", json={"agent": "builtin"}).json()["session_id"]
+                started = api.post(f"/v1/sessions/{sid}/turns", json={"prompt": LOOP})
+                assert started.status_code == 202, started.text
+                turns[tenant] = started.json()["turn_id"]
+        ran = h.cli("worker", "--until-idle", "--quiet")
+        assert ran.returncode == 0, ran.stderr
+        calls = {}
+        for tenant, turn_id in turns.items():
+            data = h.show(turn_id)
+            assert data["turn"]["budget_exceeded"]["scope"] == "tenant", data["turn"]
+            calls[tenant] = sum(s["kind"] == "model" for s in data["steps"])
+            limit = data["turn"]["budget_exceeded"]["limit"]
+            assert limit == (3000 if tenant == "acme" else 5000)
+        # 1100 tokens a call, counted before each: acme calls until 3300 >= 3000 (3
+        # calls), globex until 5500 >= 5000 (5 calls).
+        assert calls == {"acme": 3, "globex": 5}
+        assert "TENANT_BUDGETS entry of tenant 'acme'" in h.show(turns["acme"])["turn"]["error"]
+        assert "DURABLE_HARNESS_BUDGET_TENANT_TOKENS" in h.show(turns["globex"])["turn"]["error"]
+    finally:
+        serve.stop()
