@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from durable_harness.core.settings import Settings
     from durable_harness.core.types import Turn
     from durable_harness.core.world import World
+    from durable_harness.runtime.worker import Worker
 
 
 def register(sub: Subparsers) -> Commands:
@@ -367,8 +370,26 @@ def drive_here(world: World, settings: Settings, turn: Turn, args: argparse.Name
     worker = make_worker(world, settings, quiet=args.quiet)
     lease = world.claim_turn(turn.turn_id, worker.owner, settings.lease_seconds)
     if lease is not None:
-        worker.drive(lease)
+        with handing_back_on_sigterm(worker, f"`{args.command}` got SIGTERM"):
+            worker.drive(lease)
     return report(world.get_turn(turn.turn_id))
+
+
+@contextlib.contextmanager
+def handing_back_on_sigterm(worker: Worker, reason: str) -> Iterator[None]:
+    """While the body runs, SIGTERM (a deploy, a terminal closed by its manager) stops the
+    worker as ``worker``'s doc says: nothing more is claimed, the step in flight finishes
+    (up to the stop grace period), the turn is handed back at once for another process to
+    take. On a thread of its own: the handler may interrupt the main thread in a lock."""
+
+    def on_sigterm(*_: object) -> None:
+        threading.Thread(target=worker.stop, args=(reason,)).start()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -381,16 +402,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"durable-harness: worker {worker.owner} on {settings.world}", file=sys.stderr)
 
-        # SIGTERM (a deploy): stop claiming, hand the running turn back, exit 0. On a
-        # thread of its own: the handler may interrupt the main thread inside a lock.
-        def on_sigterm(*_: object) -> None:
-            threading.Thread(target=worker.stop, args=("the worker got SIGTERM",)).start()
-
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
-        try:
+        with handing_back_on_sigterm(worker, "the worker got SIGTERM"):
             n = worker.run(until_idle=args.until_idle, max_turns=args.max_turns)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
         if not args.quiet:
             print(f"durable-harness: worker drove {n} turn(s)", file=sys.stderr)
     return 0
@@ -411,7 +424,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
             say=lambda m: print(f"durable-harness: {m}", file=sys.stderr, flush=True),
         )
         if lease is not None:
-            worker.drive(lease)
+            with handing_back_on_sigterm(worker, "`resume` got SIGTERM"):
+                worker.drive(lease)
         return report(world.get_turn(args.turn))
 
 

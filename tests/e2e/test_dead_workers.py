@@ -145,3 +145,33 @@ def test_sigterm_hands_the_turn_over_with_nothing_lost_or_repeated(
         # A's last model call, in flight at the SIGTERM, is B's replayed step.
         hows = [s["how"] for s in data["steps"]]
         assert hows[:5] == ["replayed"] * 5 and "live" in hows[5:], hows
+
+
+def test_sigterm_to_run_hands_its_turn_back_for_resume(
+    on_world: Callable[[Path], AbstractContextManager[Harness]],
+) -> None:
+    """`run` drives its turn as a worker does, and SIGTERM stops it the same way: the
+    model call in flight finishes and is recorded, the turn is handed back at once (no
+    30 s lease to wait out), `run` exits 1 saying how to finish it, and `resume` does:
+    no model call twice, the refund once, the scripted reply."""
+    with on_world(FIXTURES / "handover.toml") as h:
+        run = h.popen("run", "--tools", DEMO_TOOLS, "Refund order 42, then note it.")
+        try:
+            wait_until(lambda: h.server.request_count >= 3, timeout=60)  # the slow one
+            assert h.ledger_lines() != []  # the refund ran
+            run.send_signal(signal.SIGTERM)
+            out, err = run.communicate(timeout=60)
+        finally:
+            stop_all(run)
+        assert run.returncode == 1, err
+        assert "handed back" in err and "resume" in err, err
+        turn_id = out.splitlines()[1].split()[1]
+        started = time.monotonic()
+        resumed = h.cli("resume", turn_id)
+        assert resumed.returncode == 0, resumed.stderr
+        assert time.monotonic() - started < LEASE  # not its lease: handed back
+        data = h.show(turn_id)
+        assert data["turn"]["result"] == DEMO_REPLY
+        assert data["turn"]["deliveries"] == 2
+        assert h.repeated_requests() == {}
+        assert len([line for line in h.ledger_lines() if "refund" in line]) == 1
