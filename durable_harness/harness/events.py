@@ -41,7 +41,7 @@ from durable_harness.core.canonical import canonical_json, without_surrogates
 from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.types import FINISHED, Event, Step, StepStatus, Turn, TurnStatus
 from durable_harness.core.world import EventLog, World, delivery_key
-from durable_harness.harness.journal import decode_output
+from durable_harness.harness.journal import SETTLED, decode_output
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,9 @@ class _Appender:
             "output": output,
             "meta": usage_meta(step.meta),
         }
+        if SETTLED in step.meta:
+            # What its check answered (a viewer draws a settled step as such at once).
+            data["settled"] = str(step.meta[SETTLED])
         self.append(ev.step_finished_key(step.seq), ev.STEP_FINISHED, data)
 
     def reconcile(

@@ -150,3 +150,27 @@ def test_a_stale_delivery_cannot_append_one(world: LocalWorld) -> None:
     with pytest.raises(LeaseLost):
         _turn(Journal(world, stale, events=old.events), [])
     assert all(e["epoch"] != stale.epoch for _k, e in _replayed(world))
+
+
+def test_a_step_settled_by_its_check_says_so_in_its_finished_event(world: LocalWorld) -> None:
+    """The viewer draws a settled step from its ``step.finished`` event before the
+    journal row is read: the event carries what the check answered."""
+    from durable_harness.harness.tools import done
+
+    lease, _ = _delivery(world)
+    world.insert_intent(
+        Step("t", 0, "tool:0", "tool", "refund", input_digest({}), epoch=lease.epoch)
+    )
+    _, journal = _delivery(world)  # the next delivery finds the intent, and asks the check
+    journal.run(
+        kind="tool",
+        name="refund",
+        key="tool:0",
+        input={},
+        call=lambda _seq: Outcome("refunded again"),
+        replay="never",
+        settle=lambda _seq: done("refunded"),
+    )
+    journal.events.close()  # type: ignore[union-attr]
+    (finished,) = [e.data for e in read_all(world, "t") if e.kind == ev.STEP_FINISHED]
+    assert finished["settled"] == "done" and finished["status"] == "done"

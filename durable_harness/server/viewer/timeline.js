@@ -139,6 +139,7 @@ export class TurnModel {
   howOf(step) {
     if (step.status === "possibly_ran") return "not re-run";
     if (step.status !== "done") return null;
+    if (step.settled === "done") return "settled by its check";
     const latest = this.deliveries.at(-1)?.attempt;
     return step.delivery != null && latest != null && step.delivery !== latest ? "replayed" : "live";
   }
