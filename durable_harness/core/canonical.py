@@ -75,3 +75,14 @@ def dumps_compact(value: Any) -> bytes:
     return escape_surrogates(json.dumps(value, separators=(",", ":"), ensure_ascii=False)).encode(
         "utf-8"
     )
+
+
+def parse_json(data: str | bytes) -> Any:
+    """``json.loads`` for a document from an untrusted side (an agent's stdout, its session
+    record, a CLI's hook or model request, a webhook): a nesting too deep for the parser
+    (``[[[[…``, a RecursionError) is a ValueError, as any other bad JSON is, so the
+    caller's ``except ValueError`` refuses it instead of dying of it."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("the JSON document is nested too deeply") from None

@@ -13,9 +13,9 @@ commit it waits on or nothing. The webhooks that deliver the results:
 
 from __future__ import annotations
 
-import json
 import re
 
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.world import SUPERSEDED, Queue
 
@@ -72,7 +72,7 @@ def _supersede(world: Queue, turn_id: str, name: str, sha: str) -> None:
         if signal.claimed_by is not None:
             continue
         try:
-            data = json.loads(signal.payload)
+            data = parse_json(signal.payload)
             other = "provider" in data and str(data["sha"]).lower() != sha
         except (ValueError, KeyError, TypeError):
             continue

@@ -39,7 +39,12 @@ from dataclasses import replace as _replace
 from typing import TYPE_CHECKING, Any
 
 from durable_harness.core.canonical import canonical_json
-from durable_harness.core.errors import CorruptJournal, ReplayDivergence, TurnFailed
+from durable_harness.core.errors import (
+    CorruptJournal,
+    ReplayDivergence,
+    StepConflict,
+    TurnFailed,
+)
 from durable_harness.core.keys import blob_ref, idempotency_key, input_digest
 from durable_harness.core.types import Lease, Replay, Step, StepStatus
 from durable_harness.core.world import BlobStore, World
@@ -163,6 +168,9 @@ class Journal:
         # Steps may begin from several threads (a CLI proxy serving parallel requests);
         # seq allocation and the intent insert happen under this lock, calls outside it.
         self._lock = threading.RLock()
+        # Keyed steps whose check is being asked, or which it sent to run again: a second
+        # caller of the same key (a CLI's call posted twice) must not ask it again.
+        self._settling: set[int] = set()
 
     @property
     def turn_id(self) -> str:
@@ -260,10 +268,26 @@ class Journal:
             begun = self._begin(
                 seq, kind, name, key, input, replay, store_input, settling=settle is not None
             )
-        if isinstance(begun, _Unsettled):
-            assert settle is not None
-            return self._settle(begun.step, settle, rerun_if_absent)
-        return begun
+            if isinstance(begun, _Unsettled):
+                if seq in self._settling:
+                    raise StepConflict(
+                        f"step {seq} of turn {self.turn_id} is being settled or run again "
+                        "by this worker already"
+                    )
+                self._settling.add(seq)
+        if not isinstance(begun, _Unsettled):
+            return begun
+        assert settle is not None
+        try:
+            settled = self._settle(begun.step, settle, rerun_if_absent)
+        except BaseException:
+            with self._lock:
+                self._settling.discard(seq)
+            raise
+        if isinstance(settled, StepResult):
+            with self._lock:
+                self._settling.discard(seq)
+        return settled  # open: run again, and busy until its outcome is recorded
 
     def _check_budget(self) -> None:
         limit = self.max_model_calls
@@ -279,6 +303,8 @@ class Journal:
     def end(self, open_step: OpenStep, outcome: Outcome) -> StepResult:
         """Phase two: record the outcome of an open step (fenced)."""
         step = open_step.step
+        with self._lock:
+            self._settling.discard(step.seq)
         duration = time.monotonic() - open_step.started
         self._crash(step.seq, "after_run")
         if self.events is not None:

@@ -22,12 +22,12 @@ the detection). What is not supported (Docker Compose, features) is reported in
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import ConfigError
 
 __all__ = ["CANDIDATES", "MAX_BYTES", "Devcontainer", "find_devcontainer", "strip_jsonc"]
@@ -83,7 +83,7 @@ def _read(checkout: Path, name: str) -> Devcontainer:
     if size > MAX_BYTES:
         raise _refuse(name, f"has {size:,} bytes, over the cap of {MAX_BYTES:,}")
     try:
-        data = json.loads(strip_jsonc(path.read_bytes().decode("utf-8")))
+        data = parse_json(strip_jsonc(path.read_bytes().decode("utf-8")))
     except (UnicodeDecodeError, ValueError) as exc:
         raise _refuse(name, f"is not valid JSON with comments ({_one_line(exc)})") from None
     if not isinstance(data, dict):

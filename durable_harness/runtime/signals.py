@@ -24,6 +24,7 @@ import sys
 import threading
 from typing import Any
 
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import ConfigError, NotFound
 from durable_harness.core.settings import WebhookSettings
 from durable_harness.core.world import World
@@ -50,7 +51,7 @@ def parse_payload(data: str | None) -> str:
     if data is None or data == "":
         return "null"
     try:
-        return json.dumps(json.loads(data), sort_keys=True)
+        return json.dumps(parse_json(data), sort_keys=True)
     except ValueError as exc:
         raise ConfigError(
             f'--data must be JSON ({exc}); e.g. --data \'{{"status": "ok"}}\''

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.world import World
 from durable_harness.harness.ci_watch import scope_of
 from durable_harness.harness.events import signal_received
@@ -99,7 +100,7 @@ def parse(provider: str, headers: Mapping[str, str], body: bytes) -> tuple[CIRes
     """The finished CI run the (authenticated) request reports, or None for an event that
     reports none (a ping, a run still going); and its delivery id."""
     try:
-        data = json.loads(body)
+        data = parse_json(body)
     except ValueError as exc:
         raise Refused(400, f"the body is not JSON ({exc})") from exc
     if not isinstance(data, dict):

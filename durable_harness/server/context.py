@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import NotFound
 from durable_harness.core.settings import ServeSettings, Settings, WebhookSettings
 from durable_harness.core.types import Session, Turn
@@ -107,6 +108,6 @@ def decode_cursor(cursor: str | None) -> Any:
     if cursor is None:
         return None
     try:
-        return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return parse_json(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except ValueError:
         raise ApiError(400, "cursor is not one this API gave out", "bad_cursor") from None

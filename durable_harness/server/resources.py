@@ -298,13 +298,14 @@ def fork_turn(turn_id: str, body: ForkTurn, ctx: Ctx, caller: Auth) -> TurnStart
             422, "prompt is blank: give one, or none to go on from the cut", "empty_prompt"
         )
     tenant = owner or caller.tenant
-    from durable_harness.runtime.fork import prepare_fork
-
-    # Only reads (and stores a cut record's blobs): a fork refused here counts nothing.
-    session_id, new_turn = new_id("ses"), new_id("turn")
-    fork, _ = prepare_fork(ctx.world, turn_id, body.at, body.prompt, session_id)
+    # Before the fork is made: a CLI agent's cut record is stored as it is made, which a
+    # tenant past its limits must not be able to repeat.
     admit_session(ctx.world, tenant, ctx.limits)
     admit_turn(ctx.world, tenant, ctx.limits)
+    from durable_harness.runtime.fork import prepare_fork
+
+    session_id, new_turn = new_id("ses"), new_id("turn")
+    fork, _ = prepare_fork(ctx.world, turn_id, body.at, body.prompt, session_id)
     # Built here from the origin session, as every API turn is, with the limits its
     # caller had set on the turn forked (start_turn refuses one above a ceiling).
     api = session.meta.get("api") or {}

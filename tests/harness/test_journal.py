@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from durable_harness.core.errors import LeaseLost, ReplayDivergence, TurnCancelled, TurnFailed
+from durable_harness.core.errors import (
+    LeaseLost,
+    ReplayDivergence,
+    StepConflict,
+    TurnCancelled,
+    TurnFailed,
+)
 from durable_harness.core.keys import input_digest
 from durable_harness.core.types import Lease, Step, StepStatus
 from durable_harness.harness.journal import BLOB_THRESHOLD, Journal, OpenStep, Outcome, StepResult
@@ -276,3 +283,44 @@ def test_a_cancel_during_the_check_stops_the_call_from_running_again(
     with pytest.raises(TurnCancelled):
         step(journal, calls, "refund issued", "never", settle=check, rerun_if_absent=True)
     assert calls.seqs == [] and world.load_steps("t")[0].status is StepStatus.INTENT
+
+
+def test_a_keyed_step_is_settled_by_one_caller_at_a_time(world: LocalWorld) -> None:
+    """Two callers of one interrupted keyed step (a CLI's call posted twice) at once: one
+    asks the check and gets the call to run again; the other is refused, never a second
+    check and a second run."""
+    world.insert_intent(_intent(claim(world)))
+    journal = Journal(world, claim(world))
+    asked = threading.Event()
+    release = threading.Event()
+
+    def slow_check(_seq: int) -> Checked:
+        asked.set()
+        release.wait(10)
+        return ABSENT
+
+    got: list[Any] = []
+
+    def begin() -> Any:
+        return journal.begin_keyed(
+            kind="tool",
+            name="t",
+            key="k0",
+            input={"a": 1},
+            replay="never",
+            settle=slow_check,
+            rerun_if_absent=True,
+        )
+
+    thread = threading.Thread(target=lambda: got.append(begin()))
+    thread.start()
+    assert asked.wait(10)
+    with pytest.raises(StepConflict, match="being settled or run again"):
+        begin()
+    release.set()
+    thread.join(10)
+    (open_step,) = got
+    assert isinstance(open_step, OpenStep)
+    journal.end(open_step, Outcome("ran again"))
+    (row,) = world.load_steps("t")
+    assert row.status is StepStatus.DONE and row.attempts == 2

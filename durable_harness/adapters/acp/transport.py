@@ -20,6 +20,8 @@ import asyncio
 import json
 from typing import Any
 
+from durable_harness.core.canonical import parse_json
+
 __all__ = ["DEFAULT_MAX_LINE", "BoundedTransport"]
 
 #: The longest message the agent may send (a file the agent writes travels in one).
@@ -66,7 +68,7 @@ class BoundedTransport:
             if not line.strip():
                 continue
             try:
-                message = json.loads(line)
+                message = parse_json(line)
             except ValueError:
                 message = None
             if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":

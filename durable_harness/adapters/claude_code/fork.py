@@ -10,9 +10,12 @@ prompt: what the kept lines hold is not asked of the model again.
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from durable_harness.adapters.claude_code.session import transcript_facts
 from durable_harness.adapters.claude_code.setup import claude_session_id
 from durable_harness.adapters.cli.records import TranscriptStore, latest_turn_transcript
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import ConfigError
 from durable_harness.core.types import Step, Turn
 from durable_harness.core.world import World
@@ -36,8 +39,15 @@ def cut_transcript(world: World, turn: Turn, kept: list[Step], session_id: str) 
     saved = latest_turn_transcript(world, turn.session_id, turn.turn_id, turn.epoch + 1)
     if saved is None:
         raise ConfigError(f"turn {turn.turn_id} has no saved transcript to fork from")
-    store = TranscriptStore(world, record_prefix=RECORD_PREFIX)
-    data = store.load(saved)
+    data = TranscriptStore(world, record_prefix=RECORD_PREFIX).load(saved)
+    if step is not None and step.meta.get("message_id") not in transcript_facts(data).messages:
+        # A call the main conversation does not hold (a subagent's, one a tool made) or a
+        # reply lost to a crash: cutting at the next reply would keep results (or a
+        # resume message quoting them) from after the cut.
+        raise ConfigError(
+            f"step {at} of turn {turn.turn_id} is a model call whose reply is not in Claude "
+            "Code's transcript: fork at a model call of the main conversation"
+        )
     cut_replies = {
         str(s.meta["message_id"])
         for s in steps
@@ -46,20 +56,25 @@ def cut_transcript(world: World, turn: Turn, kept: list[Step], session_id: str) 
     new_id = claude_session_id(session_id)
     lines: list[bytes] = []
     for line in data.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # a line half written when it was saved
-        if not isinstance(entry, dict):
-            continue
+        entry = _entry(line)
+        if entry is None:
+            continue  # a line half written when it was saved, or not an entry
         message = entry.get("message")
-        if isinstance(message, dict) and message.get("id") in cut_replies:
+        if isinstance(message, dict) and str(message.get("id")) in cut_replies:
             break
         if "sessionId" in entry:
             entry["sessionId"] = new_id
-        lines.append(json.dumps(entry, ensure_ascii=False).encode())
-    return (
-        TranscriptStore(world, record_prefix=RECORD_PREFIX)
-        .save(b"".join(line + b"\n" for line in lines))
-        .digest
-    )
+        # ASCII escapes: a lone surrogate (a tool output cut inside an emoji) round-trips.
+        lines.append(json.dumps(entry).encode())
+    cut = b"".join(line + b"\n" for line in lines)
+    return TranscriptStore(world, record_prefix=RECORD_PREFIX).save(cut).digest
+
+
+def _entry(line: bytes) -> dict[str, Any] | None:
+    """A transcript line as a JSON object, or None (what the agent wrote is untrusted:
+    any bytes, any nesting)."""
+    try:
+        entry = parse_json(line)
+    except (ValueError, RecursionError):
+        return None
+    return entry if isinstance(entry, dict) else None

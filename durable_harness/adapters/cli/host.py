@@ -28,7 +28,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import errno
-import json
 import os
 import queue
 import shutil
@@ -44,6 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from durable_harness.adapters.cli import hook_client, reaper
 from durable_harness.adapters.cli.installed import bin_dirs
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import ConfigError, LeaseLost
 from durable_harness.core.keys import BLOB_PREFIX, is_launch_key
 from durable_harness.core.settings import Settings
@@ -504,7 +504,7 @@ def json_event(line: bytes) -> dict[str, Any] | None:
     """A stdout line of a CLI's JSON output as an object; None for anything else (the CLIs
     print other lines too, which are not events)."""
     try:
-        event = json.loads(line)
+        event = parse_json(line)
     except ValueError:
         return None
     return event if isinstance(event, dict) else None

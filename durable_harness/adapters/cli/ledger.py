@@ -23,7 +23,6 @@ a refusal, never a second run; across workers the journal's own rules apply).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from durable_harness.adapters.proxy.journaling import message_of
 from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
-from durable_harness.core.canonical import canonical_json
+from durable_harness.core.canonical import canonical_json, parse_json
 from durable_harness.core.types import StepStatus
 from durable_harness.harness.journal import Journal, decode_output
 
@@ -217,7 +216,7 @@ def _arguments(raw: Any) -> Any:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        return parse_json(raw)
     except ValueError:
         return raw
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from durable_harness.adapters.proxy.server import message_of
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.keys import (
     idempotency_key,
     is_launch_key,
@@ -275,8 +276,8 @@ def jsonl_messages(data: bytes) -> Iterator[dict[str, Any]]:
     do not parse, or hold no message, are skipped (a line may still be half written)."""
     for line in data.splitlines():
         try:
-            entry = json.loads(line)
-        except ValueError:
+            entry = parse_json(line)
+        except (ValueError, RecursionError):  # the agent writes the file: any bytes, any depth
             continue
         message = entry.get("message") if isinstance(entry, dict) else None
         if isinstance(message, dict):

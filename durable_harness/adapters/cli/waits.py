@@ -33,7 +33,6 @@ raises its ``TurnSuspended`` and the turn parks again without starting the CLI.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from typing import Any
 from durable_harness.adapters.base import TurnRun
 from durable_harness.adapters.cli.hooks import allow, deny
 from durable_harness.adapters.cli.mcp import begin_host_tool
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import TurnSuspended
 from durable_harness.core.keys import BLOB_PREFIX
 from durable_harness.core.types import StepStatus
@@ -136,7 +136,7 @@ class WaitGate:
                 text = self.world.get_blob(text.removeprefix(BLOB_PREFIX)).decode()
             ctx = ToolContext(self.journal.turn_id, self.session_id, step.seq, self.signal_secret)
             try:
-                result = tool.invoke(json.loads(text), ctx)
+                result = tool.invoke(parse_json(text), ctx)
             except ToolInputError as exc:
                 value = {"content": str(exc), "is_error": True}
             else:

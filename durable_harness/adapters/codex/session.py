@@ -26,6 +26,7 @@ from durable_harness.adapters.cli.records import (
 )
 from durable_harness.adapters.proxy.server import message_of
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.keys import session_record_name
 from durable_harness.core.types import Step, StepStatus
 from durable_harness.core.world import World
@@ -89,7 +90,7 @@ def rollout_facts(world: World, steps: list[Step], data: bytes) -> TranscriptFac
     results: set[str] = set()
     for line in data.splitlines():
         try:
-            entry = json.loads(line)
+            entry = parse_json(line)
         except ValueError:
             continue
         payload = entry.get("payload") if isinstance(entry, dict) else None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.adapters.cli.records import TranscriptFacts, latest_turn_transcript
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import DurableHarnessError
 from durable_harness.core.keys import session_record_name
 from durable_harness.core.types import Step, StepStatus
@@ -205,7 +206,7 @@ def tool_call_ids(data: bytes) -> dict[str, str]:
         conn.close()
     for (text,) in rows:
         try:
-            part = json.loads(text)
+            part = parse_json(text)
         except ValueError:
             continue
         if not isinstance(part, dict) or part.get("type") != "tool":

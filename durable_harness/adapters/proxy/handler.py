@@ -30,6 +30,7 @@ from durable_harness.adapters.proxy.wire.anthropic import ANTHROPIC
 from durable_harness.adapters.proxy.wire.base import WireFormat, error_text
 from durable_harness.adapters.proxy.wire.chat import CHAT
 from durable_harness.adapters.proxy.wire.responses import RESPONSES
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.errors import (
     BudgetExceeded,
     DurableHarnessError,
@@ -132,7 +133,7 @@ class ProxyHandler:
     def _model_call(self, raw: bytes) -> None:
         proxy = self.proxy
         try:
-            body = json.loads(raw)
+            body = parse_json(raw)
             if not isinstance(body, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:
@@ -302,7 +303,7 @@ class ProxyHandler:
             self._not_found()
             return
         try:
-            reply = proxy.callbacks.control(name, json.loads(raw or b"{}"))
+            reply = proxy.callbacks.control(name, parse_json(raw or b"{}"))
         except DurableHarnessError as exc:
             if not isinstance(exc, ModelError):
                 proxy.fail(exc)
@@ -331,6 +332,6 @@ class ProxyHandler:
 def _json_or_text(raw: bytes) -> Any:
     """A request body as JSON (the policy refuses anything but an object)."""
     try:
-        return json.loads(raw)
+        return parse_json(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")

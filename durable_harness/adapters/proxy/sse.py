@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from durable_harness.core.canonical import dumps_compact
+from durable_harness.core.canonical import dumps_compact, parse_json
 
 __all__ = [
     "EventSplitter",
@@ -114,7 +114,7 @@ def parse_event(raw: str) -> SseEvent | None:
         return None
     text = "\n".join(data_lines)
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except ValueError:
         raise MalformedStream(f"event data is not JSON: {text[:120]!r}") from None
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
@@ -143,7 +143,7 @@ def assemble_message(events: list[dict[str, Any]]) -> dict[str, Any]:
             index = int(event["index"])
             if index in partial_json:
                 text = partial_json.pop(index)
-                blocks[index]["input"] = json.loads(text) if text.strip() else {}
+                blocks[index]["input"] = parse_json(text) if text.strip() else {}
         elif kind == "message_delta":
             delta = event.get("delta") or {}
             for key in ("stop_reason", "stop_sequence"):

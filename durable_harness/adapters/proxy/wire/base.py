@@ -19,12 +19,12 @@ Every format uses SSE framing (blocks split by :mod:`.proxy.sse`); how a block i
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import SseEvent, parse_event
+from durable_harness.core.canonical import parse_json
 
 __all__ = ["WireFormat", "WireTable"]
 
@@ -134,7 +134,7 @@ def error_text(data: bytes | str) -> str:
     for line in text.splitlines() or [text]:
         payload = line.removeprefix("data: ")
         try:
-            value = json.loads(payload)
+            value = parse_json(payload)
         except ValueError:
             continue
         if not isinstance(value, dict):

@@ -21,7 +21,6 @@ Bearer``.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import MalformedStream, SseEvent, text_pieces
@@ -31,7 +30,7 @@ from durable_harness.adapters.proxy.wire.base import (
     add_block,
     content_text,
 )
-from durable_harness.core.canonical import dumps_compact
+from durable_harness.core.canonical import dumps_compact, parse_json
 from durable_harness.core.usage import chat_usage, model_of
 
 __all__ = ["CHAT", "OpenAIChatCompletions", "assemble_completion"]
@@ -95,7 +94,7 @@ class OpenAIChatCompletions(WireFormat):
         if text.strip() == DONE:
             return SseEvent(raw, DONE, {})
         try:
-            data = json.loads(text)
+            data = parse_json(text)
         except ValueError:
             raise MalformedStream(f"chunk data is not JSON: {text[:120]!r}") from None
         if not isinstance(data, dict):
@@ -321,7 +320,7 @@ def chat_frame(data: dict[str, Any]) -> bytes:
 def _arguments(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value) if value.strip() else {}
+            return parse_json(value) if value.strip() else {}
         except ValueError:
             return value
     return value if value is not None else {}

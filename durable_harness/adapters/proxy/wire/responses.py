@@ -11,7 +11,6 @@ Bearer``.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from durable_harness.adapters.proxy.sse import SseEvent, sse_frame, text_pieces
@@ -21,6 +20,7 @@ from durable_harness.adapters.proxy.wire.base import (
     add_block,
     content_text,
 )
+from durable_harness.core.canonical import parse_json
 from durable_harness.core.usage import model_of, responses_usage
 
 #: What Codex and Pi send on the Responses API (logged from their e2e tests), and the
@@ -245,7 +245,7 @@ def response_events(response: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
 def _arguments(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return parse_json(value)
         except ValueError:
             return value
     return value if value is not None else {}
