@@ -51,6 +51,14 @@ class Harness:
     log: Path
     env: dict[str, str] = field(default_factory=dict)
 
+    def use_postgres(self, url: str) -> Harness:
+        """Point the harness's processes at the PostgreSQL database ``url`` (instead of
+        the local World folder)."""
+        self.env["DURABLE_HARNESS_WORLD"] = "postgres"
+        self.env["DURABLE_HARNESS_POSTGRES_URL"] = url
+        self.env.pop("DURABLE_HARNESS_DATA_DIR", None)
+        return self
+
     @property
     def ledger(self) -> Path:
         return self.tmp / "ledger.txt"

@@ -42,9 +42,7 @@ def on_world(
                 return
             server: PostgresServer = request.getfixturevalue("postgres")
             with server.database() as url:
-                h.env["DURABLE_HARNESS_WORLD"] = "postgres"
-                h.env["DURABLE_HARNESS_POSTGRES_URL"] = url
-                h.env.pop("DURABLE_HARNESS_DATA_DIR", None)
+                h.use_postgres(url)
                 yield h
 
     yield harness

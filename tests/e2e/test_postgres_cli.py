@@ -26,10 +26,7 @@ SLOW_TOOLS = f"{FIXTURES / 'slow_tools.py'}:TOOLS"
 
 
 def on_postgres(h: Harness, url: str) -> Harness:
-    h.env["DURABLE_HARNESS_WORLD"] = "postgres"
-    h.env["DURABLE_HARNESS_POSTGRES_URL"] = url
-    h.env.pop("DURABLE_HARNESS_DATA_DIR", None)
-    return h
+    return h.use_postgres(url)
 
 
 @pytest.fixture

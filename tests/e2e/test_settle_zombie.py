@@ -32,9 +32,7 @@ def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
             return
         server: PostgresServer = request.getfixturevalue("postgres")
         with server.database() as url:
-            harness.env["DURABLE_HARNESS_WORLD"] = "postgres"
-            harness.env["DURABLE_HARNESS_POSTGRES_URL"] = url
-            harness.env.pop("DURABLE_HARNESS_DATA_DIR", None)
+            harness.use_postgres(url)
             yield harness
 
 

@@ -23,9 +23,7 @@ def on_postgres(tmp_path: Path, postgres: PostgresServer) -> Iterator[Harness]:
     with postgres.database() as url:
         for h in make_harness(tmp_path, FIXTURES / "serve.toml"):
             h.env["DURABLE_HARNESS_TOOL_SETS"] = TOOL_SETS
-            h.env["DURABLE_HARNESS_WORLD"] = "postgres"
-            h.env["DURABLE_HARNESS_POSTGRES_URL"] = url
-            h.env.pop("DURABLE_HARNESS_DATA_DIR", None)
+            h.use_postgres(url)
             yield h
 
 
