@@ -59,7 +59,12 @@ def register(sub: Subparsers) -> Commands:
         default=None,
         help="default: the demo's refund prompt (with the demo's tools)",
     )
-    evals.add_argument("--agent", default="builtin", help="the agent (builtin only so far)")
+    evals.add_argument(
+        "--agent",
+        default="builtin",
+        help="builtin (default), or a CLI agent (claude-code, codex, opencode, pi), run in a "
+        "Docker container of each run's own; the never tools are the host tools",
+    )
     evals.add_argument("--runs", type=int, default=20, help="how many crashed runs (default 20)")
     evals.add_argument("--script", help="the fake model's TOML script (default: a real model)")
     evals.add_argument(
@@ -123,6 +128,10 @@ def cmd_crash_matrix(args: argparse.Namespace) -> int:
     return 0 if survived == len(results) else 1
 
 
+#: The agents ``eval possibly-ran`` drives (ACP agents: not yet).
+EVAL_AGENTS = ("builtin", "claude-code", "codex", "opencode", "pi")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -131,10 +140,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from durable_harness.testing.evals import possibly_ran_eval
     from durable_harness.testing.fake_model import load_script
 
-    if args.agent != "builtin":
+    if args.agent not in EVAL_AGENTS:
         raise ConfigError(
-            f"eval possibly-ran: --agent {args.agent!r} is not supported yet; it drives the "
-            "built-in agent (--agent builtin)"
+            f"eval possibly-ran: --agent {args.agent!r} is not one it drives: "
+            f"{', '.join(EVAL_AGENTS)}"
         )
     if args.runs < 1:
         raise ConfigError(f"--runs {args.runs}: give at least 1")
@@ -151,6 +160,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             args.prompt or PROMPT,
             args.runs,
             say=lambda line: print(line, flush=True),
+            agent=args.agent,
         )
     except (RuntimeError, ValueError) as exc:
         raise ConfigError(f"eval possibly-ran: {exc}") from None

@@ -85,12 +85,19 @@ def possibly_ran_eval(
     prompt: str,
     runs: int,
     say: Callable[[str], None] = print,
+    agent: str = "builtin",
 ) -> EvalReport:
-    """The eval with the CLI's ``run``/``resume`` (the built-in agent), each run in a fresh
-    World in a temporary folder; ``script`` None: the settings' model."""
+    """The eval with the CLI's ``run``/``resume``, each run in a fresh World in a temporary
+    folder; ``script`` None: the settings' model. A CLI ``agent`` runs in a Docker
+    container of each run's own (removed after it), its host tools the ``never`` calls:
+    the CLI lives on through the crash and its MCP relay posts the cut-off call to the
+    resuming worker, which answers it *possibly ran*."""
+    agent_args = () if agent == "builtin" else ("--agent", agent, "--workspace", "docker")
     with tempfile.TemporaryDirectory(prefix="durable-harness-eval-") as tmp:
         specs = [absolute_tools_spec(s) for s in tools]
-        fresh = FreshRuns(Path(tmp), script.resolve() if script else None, specs, prompt, {})
+        fresh = FreshRuns(
+            Path(tmp), script.resolve() if script else None, specs, prompt, {}, agent_args
+        )
         return run_eval(fresh.turn, specs, runs, say)
 
 

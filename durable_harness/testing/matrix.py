@@ -73,6 +73,8 @@ class FreshRuns:
     tools: list[str]
     prompt: str
     extra_env: dict[str, str]
+    #: ``run``'s agent flags (``--agent claude-code --workspace docker``); none: builtin.
+    agent_args: tuple[str, ...] = ()
 
     def cli(
         self, args: list[str], env: dict[str, str], cwd: Path
@@ -113,26 +115,43 @@ class FreshRuns:
             env.pop("DURABLE_HARNESS_CRASH_AT", None)
             tool_args = [a for spec in self.tools for a in ("--tools", spec)]
             first_env = {**env, "DURABLE_HARNESS_CRASH_AT": crash_at} if crash_at else env
-            first = self.cli(["run", "-q", *tool_args, self.prompt], first_env, folder)
+            args = ["run", "-q", *self.agent_args, *tool_args, self.prompt]
+            first = self.cli(args, first_env, folder)
             ids = dict(line.split(" ", 1) for line in first.stdout.splitlines()[:2] if " " in line)
             if "turn" not in ids:
                 raise RuntimeError(f"the turn did not start: {first.stderr.strip()}")
-            expected = CRASH_EXIT_CODE if crash_at else 0
-            if first.returncode == 0 and crash_at:
-                raise RuntimeError("the turn never reached this point (it took another path)")
-            if first.returncode != expected:
-                raise RuntimeError(
-                    f"run exited {first.returncode}, expected {expected}: {first.stderr.strip()}"
-                )
-            if crash_at:
-                resumed = self.cli(["resume", "-q", ids["turn"]], env, folder)
-                if resumed.returncode != 0:
-                    raise RuntimeError(f"resume failed: {resumed.stderr.strip()}")
-            shown = self.cli(["show", "--json", ids["turn"]], env, folder)
-            data: dict[str, Any] = json.loads(shown.stdout)
+            try:
+                data = self._finish(ids, crash_at, first, env, folder)
+            finally:
+                if "docker" in self.agent_args:  # the run's own container goes with it
+                    self.cli(["sandbox", "rm", ids["session"]], env, folder)
         lines = log.read_text().splitlines() if log.exists() else []
         hashes = [json.loads(line)["request_hash"] for line in lines]
         return data, hashes, str(data["turn"]["result"])
+
+    def _finish(
+        self,
+        ids: dict[str, str],
+        crash_at: str | None,
+        first: subprocess.CompletedProcess[str],
+        env: dict[str, str],
+        folder: Path,
+    ) -> dict[str, Any]:
+        """After the first ``run``: resume the crashed turn; the turn as ``show`` prints it."""
+        expected = CRASH_EXIT_CODE if crash_at else 0
+        if first.returncode == 0 and crash_at:
+            raise RuntimeError("the turn never reached this point (it took another path)")
+        if first.returncode != expected:
+            raise RuntimeError(
+                f"run exited {first.returncode}, expected {expected}: {first.stderr.strip()}"
+            )
+        if crash_at:
+            resumed = self.cli(["resume", "-q", ids["turn"]], env, folder)
+            if resumed.returncode != 0:
+                raise RuntimeError(f"resume failed: {resumed.stderr.strip()}")
+        shown = self.cli(["show", "--json", ids["turn"]], env, folder)
+        data: dict[str, Any] = json.loads(shown.stdout)
+        return data
 
 
 #: Runs the turn once in a fresh World, named for the cell: crashing at ``crash_at`` (a

@@ -49,9 +49,34 @@ def test_the_pass_rate_of_a_model_that_checks_and_of_one_that_does_not(
     assert not (tmp_path / "refund-ledger.txt").exists()  # each run had its own folder
 
 
+@pytest.mark.parametrize(
+    ("script", "passed", "rate"),
+    [("eval_claude_checks.toml", 2, "100%"), ("eval_claude_blind.toml", 0, "0%")],
+)
+def test_the_pass_rate_with_claude_code(
+    tmp_path: Path, docker_host: str, script: str, passed: int, rate: str
+) -> None:
+    """The same eval with Claude Code in Docker: the refund is its host tool over MCP; the
+    worker crashes after it ran, the CLI lives on, and its relayed call comes back
+    *possibly ran* to the resuming worker; two runs a script."""
+    out = evaluate(
+        tmp_path, "--agent", "claude-code", "--runs", "2", "--script", str(FIXTURES / script)
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("clean run: 'refund' at step "), out.stdout
+    verdict = "passed" if passed else "failed"
+    runs = [line for line in lines if line.startswith("run ")]
+    assert len(runs) == 2 and all(f": {verdict} " in line for line in runs), out.stdout
+    assert lines[-1] == (
+        f"possibly-ran eval: {passed}/2 runs checked before retrying 'refund' "
+        f"(pass rate {rate}; 0 not scored)"
+    )
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     for args, says in (
-        (["--agent", "claude-code"], "--agent 'claude-code' is not supported yet"),
+        (["--agent", "acp:opencode"], "--agent 'acp:opencode' is not one it drives"),
         (["--runs", "0"], "--runs 0: give at least 1"),
         (["--tools", f"{DEMO / 'tools.py'}:TOOLS"], "give the PROMPT that uses them"),
         (["--script", str(tmp_path / "missing.toml")], "missing.toml"),
