@@ -23,8 +23,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support import wait_for
 
 from durable_harness.testing.fake_model import FakeModelServer
 
@@ -102,8 +104,15 @@ def tag(docker_host: str) -> Iterator[str]:
     yield name
     client = docker.DockerClient(base_url=docker_host, timeout=120)
     try:
-        for container in client.containers.list(all=True, filters={"ancestor": name}):
-            container.remove(force=True)
+
+        def left() -> list[Any]:
+            return client.containers.list(all=True, filters={"ancestor": name})
+
+        for container in left():
+            # 409 "removal … is already in progress": another remover got there first.
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                container.remove(force=True)
+        wait_for(lambda: not left(), timeout=60, what="the wheel image's containers to go")
         with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.remove(name)
     finally:

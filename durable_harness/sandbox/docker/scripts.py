@@ -231,8 +231,10 @@ SUPERVISOR = (
     _REAP
     + """
 d=$1 contain=$4
-[ "$contain" = 1 ] && __dh_snap
+# First of all: JOB_STATUS calls a job whose supervisor is not written 10 s after its
+# start "lost" (and a snapshot of a loaded container's processes has taken that long).
 printf '%s\\n' "$$" > "$d/supervisor"
+[ "$contain" = 1 ] && __dh_snap
 cd -- "$2" 2>/dev/null || cd /workspace
 if [ "$3" != 0 ]; then set -- timeout -k 5 "$3" bash "$d/command"; else set -- bash "$d/command"; fi
 setsid "$@" < /dev/null > "$d/stdout" 2> "$d/stderr" &
