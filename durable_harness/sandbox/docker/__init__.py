@@ -252,11 +252,27 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
                 container = self._create()
             if container.status != "running":
                 container.start()
+                self._await_exec(str(container.id))
         self._container_id = str(container.id)
         if new_workspace:
             # A kept home volume may carry the mark of a workspace that is gone.
             self.set_snapshot_mark(None)
         return self._container_id
+
+    def _await_exec(self, cid: str, within: float = 30.0) -> None:
+        """Wait until a container just started takes an exec: on a loaded machine the first
+        ones can fail in the runtime, before any process starts (exit 126, "OCI runtime
+        exec failed: … write init-p: broken pipe"). Probed with ``true``, which may run any
+        number of times; an agent's command is never retried on such an answer, which its
+        own output could imitate."""
+        deadline = time.monotonic() + within
+        while True:
+            result = docker_exec.run(
+                self.client.api, cid, ["true"], user=USER, workdir=sh.WORKSPACE, timeout=30
+            )
+            if result.exit_code == 0 or time.monotonic() > deadline:
+                return  # past the deadline the next exec reports what is wrong
+            time.sleep(0.2)
 
     def _check_toolchain(self, container: Any) -> None:
         """A session keeps the container it was made with: a turn that names another
