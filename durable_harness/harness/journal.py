@@ -303,8 +303,9 @@ class Journal:
     def end(self, open_step: OpenStep, outcome: Outcome) -> StepResult:
         """Phase two: record the outcome of an open step (fenced)."""
         step = open_step.step
-        with self._lock:
-            self._settling.discard(step.seq)
+        if self._settling:  # almost always empty: no lock taken on the common path
+            with self._lock:
+                self._settling.discard(step.seq)
         duration = time.monotonic() - open_step.started
         self._crash(step.seq, "after_run")
         if self.events is not None:
