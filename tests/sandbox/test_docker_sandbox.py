@@ -178,6 +178,33 @@ def test_a_vanished_container_is_a_retry_not_a_tool_error(box: DockerSandbox) ->
         box.read("f.txt")
 
 
+def test_an_exec_the_runtime_refuses_is_run_again_and_told_apart_from_exit_126(
+    box: DockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load the runtime may refuse an exec (exit 126, "OCI runtime exec failed"), which
+    once failed a snapshot with an empty tar. Docker records no pid for a process that never
+    started: such an exec is run again; a command that itself exits 126 is not."""
+    from durable_harness.sandbox.docker import exec as docker_exec
+
+    cid = box.container_id()
+    calls: list[list[str]] = []
+    real_run = docker_exec.run
+
+    def counted(api: Any, container: str, command: list[str], **options: Any) -> Any:
+        calls.append(command)
+        return real_run(api, container, command, **options)
+
+    monkeypatch.setattr(docker_exec, "run", counted)
+    # A binary that is not there: the runtime refuses it as it refuses one under load.
+    refused = box._run(cid, ["/nonexistent"], within=0.5, timeout=10)
+    assert refused.refused and refused.exit_code == 126
+    assert b"OCI runtime exec failed" in refused.stdout + refused.stderr
+    assert len(calls) >= 3  # tried again until `within` ran out
+    calls.clear()
+    ran = box.exec("echo ran; exit 126")
+    assert (ran.exit_code, ran.refused, ran.stdout, len(calls)) == (126, False, b"ran\n", 1)
+
+
 def test_open_sandbox_docker_and_unknown_options(session: str) -> None:
     with open_sandbox("docker", session_id=session, **LIMITS) as box:
         assert isinstance(box, DockerSandbox)

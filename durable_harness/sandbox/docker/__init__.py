@@ -81,6 +81,8 @@ _SIGKILL_EXIT_CODE = 137
 _OUTPUT_IN_ERROR = 4000
 _BACKEND_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
 _ENV = "DURABLE_HARNESS_DOCKER_"
+#: How long an exec the runtime refuses to start is tried again (see ``DockerSandbox._run``).
+REFUSED_WAIT_S = 30.0
 #: Where the session's host run folder is mounted (read-only) in the container: the CLI
 #: adapters put the unix socket of their model proxy there (adapters/cli/docker_host.py).
 RUN_DIR = "/run/durable-harness"
@@ -259,20 +261,30 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             self.set_snapshot_mark(None)
         return self._container_id
 
-    def _await_exec(self, cid: str, within: float = 30.0) -> None:
-        """Wait until a container just started takes an exec: on a loaded machine the first
-        ones can fail in the runtime, before any process starts (exit 126, "OCI runtime
-        exec failed: … write init-p: broken pipe"). Probed with ``true``, which may run any
-        number of times; an agent's command is never retried on such an answer, which its
-        own output could imitate."""
+    def _await_exec(self, cid: str) -> None:
+        """Wait until a container just started takes an exec (see :meth:`_run`): on a
+        loaded machine the runtime refuses the first ones."""
+        self._run(cid, ["true"], timeout=30)
+
+    def _run(
+        self, cid: str, command: list[str], within: float = REFUSED_WAIT_S, **options: Any
+    ) -> docker_exec.ExecResult:
+        """``docker_exec.run`` as the agent user in the workspace, run again while the
+        runtime refuses to start it (``ExecResult.refused``: exit 126 "OCI runtime exec
+        failed: ... write init-p: broken pipe", seen on a loaded machine, and not only on
+        a container just started). Docker tells a refusal by the missing pid, which no
+        output can imitate, so even an agent's command is run again only when none of it
+        ran; past ``within`` seconds the refusal is returned."""
         deadline = time.monotonic() + within
+        pause = 0.05
         while True:
             result = docker_exec.run(
-                self.client.api, cid, ["true"], user=USER, workdir=sh.WORKSPACE, timeout=30
+                self.client.api, cid, command, user=USER, workdir=sh.WORKSPACE, **options
             )
-            if result.exit_code == 0 or time.monotonic() > deadline:
-                return  # past the deadline the next exec reports what is wrong
-            time.sleep(0.2)
+            if not result.refused or time.monotonic() > deadline:
+                return result
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     def _check_toolchain(self, container: Any) -> None:
         """A session keeps the container it was made with: a turn that names another
@@ -384,14 +396,11 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
             cid = self.container_id()
             with self._mapped("running a command"):
                 try:
-                    return docker_exec.run(
-                        self.client.api,
+                    return self._run(
                         cid,
                         command,
                         stdin=stdin,
-                        user=USER,
                         environment=environment,
-                        workdir=sh.WORKSPACE,
                         timeout=timeout,
                         max_output=max_output or self.max_output,
                     )

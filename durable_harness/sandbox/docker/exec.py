@@ -47,6 +47,10 @@ class ExecResult:
     timed_out: bool = False
     #: Bytes of stdout left out by the cap (a note in ``stdout`` marks where).
     stdout_cut: int = 0
+    #: The runtime refused to start the process (Docker recorded an exit code but no
+    #: pid, e.g. 126 "OCI runtime exec failed: ... write init-p: broken pipe" on a loaded
+    #: machine): nothing of the command ran. Only Docker sets it; no output can forge it.
+    refused: bool = False
 
     def whole_stdout(self, what: str) -> bytes:
         """``stdout`` when nothing was left out of it; SandboxError otherwise. For the
@@ -188,18 +192,19 @@ def _start(
 EXIT_CODE_WAIT_S = 30.0
 
 
-def _exit_code(api: Any, exec_id: str, within: float = EXIT_CODE_WAIT_S) -> int | None:
-    """The exec's exit code, once Docker has recorded it (shortly after the stream ends);
-    None if it is not recorded ``within`` seconds (a process that closed its output and
-    went on running)."""
+def _ended(api: Any, exec_id: str, within: float = EXIT_CODE_WAIT_S) -> tuple[int | None, bool]:
+    """The exec's exit code, once Docker has recorded it (shortly after the stream ends),
+    and whether the runtime refused to start it (an exit code with pid 0: Docker sets the
+    pid only once the process runs); None if no code is recorded ``within`` seconds (a
+    process that closed its output and went on running)."""
     deadline = time.monotonic() + within
     pause = 0.01
     while True:
         info = api.exec_inspect(exec_id)
         if not info.get("Running") and info.get("ExitCode") is not None:
-            return int(info["ExitCode"])
+            return int(info["ExitCode"]), not info.get("Pid")
         if time.monotonic() >= deadline:
-            return None
+            return None, False
         time.sleep(pause)
         pause = min(pause * 2, 0.25)
 
@@ -269,15 +274,16 @@ def run(
                         # closing it. Its exit code says what happened.
                         data = b""
                     if not data:
-                        code = _exit_code(api, exec_id)
-                        return ExecResult(code, out.value(), err.value(), False, out.dropped)
+                        code, refused = _ended(api, exec_id)
+                        return ExecResult(
+                            code, out.value(), err.value(), False, out.dropped, refused
+                        )
                     for kind, payload in frames.feed(data):
                         (out if kind == _STDOUT else err).add(payload)
     finally:
         selector.close()
         sock.close()
         response.close()
-    return _exit_code(api, exec_id)
 
 
 def stream(
@@ -322,4 +328,4 @@ def stream(
         selector.close()
         sock.close()
         response.close()
-    return _exit_code(api, exec_id)
+    return _ended(api, exec_id)[0]

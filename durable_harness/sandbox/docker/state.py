@@ -88,7 +88,10 @@ class DockerState(Commands, Sandbox):
             result = self.exec(
                 sh.EXPORT, stdin=names, max_output=2 * size + 1024 * (len(changed) + 4) + (1 << 20)
             )
-            data = result.whole_stdout("copying the workspace out for a snapshot")
+            what = "copying the workspace out for a snapshot"
+            data = result.whole_stdout(what)
+            if not data:  # tar writes an end-of-archive block even when every file went
+                raise result.failure(what)
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
                 for member in archive:
                     handle = archive.extractfile(member) if member.isfile() else None
