@@ -14,7 +14,6 @@ only a :class:`BlobStore`, a lease renewal only a :class:`Queue`):
   gap-free event log, what ``serve`` streams;
 * :class:`Tenancy`: API tokens (hashed), who owns a session or turn, rate counters;
 * :class:`Doctor`: ``doctor``, the checks ``durable-harness doctor`` prints;
-* :class:`Retention` (opt-in, not part of :class:`World`): what ``durable-harness gc`` needs;
 * :class:`World`: all of them, plus ``close()`` and context-manager support.
 
 The facets are ABCs rather than ``typing.Protocol`` s on purpose: a backend that forgets a
@@ -64,9 +63,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
-import re
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from durable_harness.core.canonical import without_surrogates
@@ -476,75 +474,6 @@ class Tenancy(abc.ABC):
         nothing and return False. Atomic across processes."""
 
 
-@dataclasses.dataclass
-class Dropped:
-    """What :meth:`Retention.drop_session` removed (or, in a dry run, would remove)."""
-
-    turns: int = 0
-    steps: int = 0
-    events: int = 0
-    records: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class BlobInfo:
-    """One stored blob, as :meth:`Retention.list_blobs` sees it."""
-
-    digest: str
-    size: int
-    touched_at: float  # the World's clock when ``put_blob`` last wrote or reused it
-
-
-class Retention(abc.ABC):
-    """What ``durable-harness gc`` (``runtime/gc.py``) asks of a World: a mark and sweep.
-
-    Not a facet of :class:`World`: a backend opts in (the S3+SQS World does not yet), and
-    ``gc`` refuses a World without it. A backend that has it makes ``put_blob`` *touch*
-    a blob it finds already stored (its ``touched_at`` becomes now), atomically with
-    :meth:`delete_blobs`: a reuse either lands before the delete (which then keeps the
-    blob) or after it (``put_blob`` then writes the blob again). That is what lets a turn
-    reuse a deduplicated blob while ``gc`` sweeps.
-    """
-
-    @abc.abstractmethod
-    def expired_sessions(self, before: float) -> list[str]:
-        """Sessions with no unfinished turn whose last activity (the session's creation,
-        each turn's creation and end) is before ``before``, on the World's clock."""
-
-    @abc.abstractmethod
-    def drop_session(self, session_id: str, before: float, dry_run: bool) -> Dropped | None:
-        """Remove the session and all of it (turns, steps, events, signals, watches,
-        records, owners) in one transaction that checks again that it is expired (a turn
-        created on it meanwhile keeps it): ``None`` if it no longer is. ``dry_run``
-        counts and removes nothing."""
-
-    @abc.abstractmethod
-    def referenced_digests(self, excluding: Collection[str] = ()) -> set[str]:
-        """Every sha256 hex string in what the World keeps about its sessions (steps,
-        turns, events, signals, records, session meta), sessions in ``excluding`` left
-        out: the roots of the mark. Conservative on purpose: any 64-hex run counts."""
-
-    @abc.abstractmethod
-    def list_blobs(self) -> Iterator[BlobInfo]:
-        """Every stored blob, in no particular order."""
-
-    @abc.abstractmethod
-    def delete_blobs(self, digests: Sequence[str], touched_before: float) -> dict[str, int]:
-        """Delete each blob unless it was touched at or after ``touched_before`` (checked
-        atomically with each delete, against ``put_blob``'s touch); the bytes freed per
-        deleted digest (a blob kept or already gone is left out)."""
-
-
-_DIGEST_RUN = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
-
-
-def digests_in(data: bytes) -> set[str]:
-    """The sha256 hex digests named in ``data``: every run of exactly 64 lowercase hex
-    digits (how every reference to a blob is spelled: a step's ``output_blob``, a
-    ``blob:`` input, a manifest's or a record chain's digests). What ``gc`` marks by."""
-    return {match.decode() for match in _DIGEST_RUN.findall(data)}
-
-
 class Doctor(abc.ABC):
     """Health checks for ``durable-harness doctor``."""
 
@@ -576,22 +505,3 @@ class World(BlobStore, Catalog, Queue, JournalStore, EventLog, Tenancy, Doctor, 
 
     def close(self) -> None:  # optional: a backend without resources keeps this one
         """Release connections and files."""
-
-
-Migration = tuple[str, tuple[str, ...]]
-"""A named schema migration: its name and its statements, run in order."""
-
-
-def apply_migrations(
-    migrations: Sequence[Migration], current: int, execute: Callable[..., object], record: str
-) -> None:
-    """Run the append-only ``migrations`` after version ``current`` (a migration's version
-    is its 1-based position), each followed by ``execute(record, (version, name, now))``,
-    the statement that records it in the backend's ``schema_version`` table. The caller
-    holds the transaction and the lock that make two processes migrate once."""
-    for version, (name, statements) in enumerate(migrations, start=1):
-        if version <= current:
-            continue
-        for statement in statements:
-            execute(statement)
-        execute(record, (version, name, time.time()))

@@ -34,7 +34,8 @@ import time
 from collections.abc import Callable
 
 from durable_harness.core.errors import ConfigError, NotFound
-from durable_harness.core.world import Retention, World, digests_in
+from durable_harness.core.retention import Retention, digests_in
+from durable_harness.core.world import World
 
 #: Blobs untouched for less than this are never swept (see the module docstring).
 DEFAULT_GRACE_SECONDS = 6 * 3600.0

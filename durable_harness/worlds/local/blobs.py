@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from durable_harness.core.errors import CorruptJournal, NotFound, WorldError
-from durable_harness.core.world import BlobInfo
+from durable_harness.core.retention import BlobInfo
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from durable_harness.core.errors import LeaseLost, NotFound, WorldError
+from durable_harness.core.migrations import apply_migrations
 from durable_harness.core.types import Turn, TurnStatus
-from durable_harness.core.world import apply_migrations
 from durable_harness.worlds.local.schema import MIGRATIONS, turn_from_row
 
 DB_NAME = "world.sqlite3"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
 
-from durable_harness.core.world import BlobInfo, Dropped, Retention, digests_in
+from durable_harness.core.retention import BlobInfo, Dropped, Retention, digests_in
 from durable_harness.worlds.local.blobs import BlobFolder
 from durable_harness.worlds.local.db import Database
 

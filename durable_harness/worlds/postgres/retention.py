@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from durable_harness.core.world import BlobInfo, Dropped, Retention, digests_in
+from durable_harness.core.retention import BlobInfo, Dropped, Retention, digests_in
 from durable_harness.worlds.postgres import connections as db
 from durable_harness.worlds.postgres.connections import PostgresConnections
 

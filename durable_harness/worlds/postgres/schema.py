@@ -36,8 +36,8 @@ import psycopg
 from psycopg import conninfo
 
 from durable_harness.core.errors import ConfigError, DurableHarnessError, WorldError
+from durable_harness.core.migrations import apply_migrations
 from durable_harness.core.types import Check
-from durable_harness.core.world import apply_migrations
 
 SCHEMA = "durable_harness"
 #: NOTIFY channel: a turn may have become claimable (created, enqueued, released).
