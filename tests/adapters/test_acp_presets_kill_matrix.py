@@ -6,9 +6,11 @@ first model call step 1), then a new worker finishes the turn. Counted: model ca
 twice (0), ``never`` tools run twice (the shell command, the host tool notify over MCP:
 0), the scripted final reply, and the replay (0 upstream calls, no tool run).
 
-On a host folder (the developer opt-in: the preset is docker_only) at four points; the
-Docker rows are not passing reliably yet (below). Run with ``-s`` to see the rows the docs
-quote.
+At four points in the session's Docker container (where the preset runs: it is
+docker_only; only the worker is killed there, the agent lives on with its container and
+the next worker's launch loads its session), and at the same four on a host folder (the
+developer opt-in: the agent dies with the worker). Run with ``-s`` to see the rows the
+docs quote.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ CASES = [
     (CLAUDE, "host", "tool running"),
     (CLAUDE, "host", "tool returned"),
     (CLAUDE, "host", "after launch"),
+    (CLAUDE, "docker", "model streaming"),
+    # The row that failed in CI until the new worker stopped the dead worker's command
+    # before its launch: that command's end reaped the launch (docker/scripts.py).
+    (CLAUDE, "docker", "tool running"),
+    (CLAUDE, "docker", "tool returned"),
+    (CLAUDE, "docker", "after launch"),
 ]
-# Not yet in Docker (docs/acp.md): there, after the worker's kill, the resumed launch
-# loads the session, is told the command possibly ran and checks with cat, and then the
-# agent's connection may end before it answers session/prompt ("nothing on stderr"):
-# 13 of 13 Docker-row runs passed on a quiet machine, "tool running" failed so in CI.
 #: In Docker only the worker is killed: the command need not outlast a CLI's death.
 DOCKER_SLEEP = 6.0
 # acp:codex is not in the matrix yet: its kill and resume pass, but its replay does not.

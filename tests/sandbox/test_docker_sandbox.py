@@ -223,6 +223,63 @@ def test_a_throwaway_sandbox_is_removed_on_close(docker_host: str) -> None:
         assert not other.client.containers.list(all=True, filters={"name": name})
 
 
+def _command_left_running(
+    session: str, command: str = "echo start >> left.txt; sleep 30; echo end >> left.txt"
+) -> tuple[threading.Thread, list[Any]]:
+    """A bash-tool command of another (worker's) sandbox, by default one that runs on for
+    30 s after it wrote its first line: the command a killed worker leaves behind."""
+    ended: list[Any] = []
+
+    def worker() -> None:
+        with DockerSandbox(session, **LIMITS) as other:
+            ended.append(other.bash(command))
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    return thread, ended
+
+
+def _wait_started(box: DockerSandbox) -> None:
+    deadline = time.monotonic() + 30
+    while box.read("left.txt") != "start\n":
+        assert time.monotonic() < deadline, "the command did not start"
+        time.sleep(0.1)
+
+
+def test_a_command_ending_reaps_a_job_started_during_its_life(
+    box: DockerSandbox, session: str
+) -> None:
+    """Why a new worker stops a dead worker's commands before it starts a launch: a command
+    ending kills what was started during its life outside the harness's own execs."""
+    box.write("left.txt", "")
+    thread, ended = _command_left_running(session, "echo start >> left.txt; sleep 4")
+    _wait_started(box)
+    assert box.jobs.start("launch", "sleep 60", contain=True)
+    thread.join(30)
+    assert ended and ended[0].exit_code == 0
+    assert box.jobs.status("launch").state != "running"
+
+
+def test_stop_commands_ends_a_dead_workers_command_before_a_launch(
+    box: DockerSandbox, session: str
+) -> None:
+    box.write("left.txt", "")
+    thread, ended = _command_left_running(session)
+    _wait_started(box)
+    started = time.monotonic()
+    assert box.stop_commands() == 1
+    assert time.monotonic() - started < 10  # not the command's 30 s
+    thread.join(10)
+    assert ended and ended[0].exit_code != 0  # it did not finish: no "end" line
+    assert box.read("left.txt") == "start\n"
+    # A launch started now is not reaped by the stopped command's end, which is over.
+    assert box.jobs.start("launch", "sleep 60", contain=True)
+    time.sleep(1)
+    assert box.jobs.status("launch").state == "running"
+    assert box.stop_commands() == 0
+    box.jobs.stop("launch")
+
+
 # -- snapshots -------------------------------------------------------------------------
 
 

@@ -79,4 +79,7 @@ class AcpAdapter(Adapter):
                 launches = launch_steps(run.journal)
                 if launches and launches[-1].status is StepStatus.INTENT:
                     stop_job(host, job_id(run.turn.turn_id, len(launches) - 1))
+                    # Its terminal/create commands run on too; when one ended it would
+                    # reap the new launch, started during its life (docker/scripts.py).
+                    host.sandbox.stop_commands()
             return run_launches(run, self.name, host, AcpLauncher(preset, run, host))

@@ -434,6 +434,18 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
                 )
             )
 
+    def stop_commands(self, within: int = 10) -> int:
+        """Stop every bash-tool command still running in the container (a dead worker's
+        runs on: its ``docker exec`` outlives the client) and wait up to ``within`` seconds
+        for each to end; how many were stopped. Before a new worker starts an agent's
+        launch: a command reaps, when it ends, what was started during its life outside
+        the harness's own execs, which would take a launch started meanwhile with it (see
+        ``scripts.STOP_COMMANDS``)."""
+        result = self.exec(sh.STOP_COMMANDS, str(within), timeout=within + 30)
+        if result.exit_code != 0:
+            raise result.failure("stopping the commands left running")
+        return int(result.stdout.decode(errors="replace").strip() or 0)
+
     def kill_all(self) -> None:
         """Kill every process of the container but its init and main command (the
         container stays up): see ``scripts.KILL_ALL``."""

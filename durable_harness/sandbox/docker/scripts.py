@@ -142,8 +142,12 @@ __count() {{
 __P=/sys/fs/cgroup/pids/pids.events; [ -r "$__P" ] || __P=/sys/fs/cgroup/pids.events
 __M=/sys/fs/cgroup/memory/memory.oom_control; [ -r "$__M" ] || __M=/sys/fs/cgroup/memory.events
 __count __p0 "$__P" max; __count __m0 "$__M" oom_kill
+# SIGTERM (STOP_COMMANDS: a dead worker's command) ends the command as a timeout would.
+__pid= __term=
+trap '__term=1; [ -n "$__pid" ] && kill -KILL -- "-$__pid" 2>/dev/null' TERM
 timeout -k 2 "$1" bash -c 'eval "$__DH_INNER"' dh-shell "$__f" "$__s" < /dev/null &
 __pid=$!
+[ -n "$__term" ] && kill -KILL -- "-$__pid" 2>/dev/null
 wait "$__pid"; __status=$?
 # One group kill reaches every member (a fork racing it is restarted and killed too);
 # it is repeated while the group still answers, with builtins only.
@@ -154,6 +158,36 @@ rm -f -- "$__f" 2>/dev/null
 __count __p1 "$__P" max; __count __m1 "$__M" oom_kill
 printf '\\n%s %s %s\\n' "$2" "$((__p1 - __p0))" "$((__m1 - __m0))" >&2
 exit "$__status"
+"""
+)
+
+# $1 seconds to wait. Stops every bash-tool command still running (BASH; one whose worker
+# died runs on: its `docker exec` does not end with the client) and waits until each has
+# ended, so that what it started is reaped before anything else starts: a command reaps,
+# when it ends, every process started during its life outside the harness's own execs,
+# and a CLI's launch started meanwhile would go with it. Each command's wrapper is found
+# by its command file (command.<its pid>) and its command line, and gets SIGTERM: its trap
+# kills the command's group, then it reaps as at any end. Prints how many were stopped.
+STOP_COMMANDS = (
+    _REAP
+    + f"""
+pids= n=0
+for f in {SHELL_STATE}/command.*; do
+  p=${{f##*.}}
+  case $p in ''|*[!0-9]*) continue ;; esac
+  [ "$p" = "$$" ] && continue
+  tr '\\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qF 'eval "$__DH_OUTER"' || continue
+  kill -TERM "$p" 2>/dev/null && pids="$pids $p" n=$((n + 1))
+done
+i=0
+while [ "$i" -lt $(($1 * 10)) ]; do
+  left=
+  for p in $pids; do __dh_stat "$p" && [ "$__st_state" != Z ] && left=1; done
+  [ -z "$left" ] && break
+  sleep 0.1
+  i=$((i + 1))
+done
+echo "$n"
 """
 )
 
