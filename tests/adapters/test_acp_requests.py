@@ -7,11 +7,15 @@ in effects.txt) is not repeated, the finished write is answered from the journal
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
+import pytest
 from acp_cases import fake_agent_harness, run_args
 from claude_cases import dump, kill_worker_and_cli, wait_for
 
+from durable_harness.adapters.acp.requests import command_line
 from durable_harness.harness.journal import POSSIBLY_RAN_MESSAGE
 
 
@@ -67,3 +71,28 @@ def test_worker_killed_while_the_command_runs(tmp_path: Path) -> None:
         assert statuses["terminal/create"] == "possibly_ran", dump(show)
         assert statuses["fs/write_text_file"] == "done", dump(show)
         assert show["turn"]["status"] == "done"
+
+
+FOO_ENV = [{"name": "FOO", "value": "bar"}, {"name": "CLAUDECODE", "value": "1"}]
+
+
+@pytest.mark.parametrize(
+    ("command", "params", "printed"),
+    [
+        # claude-code-acp: its Bash tool's whole line as the command, no args, an env.
+        ('d=$(echo in) && echo "$d $FOO" && echo "$CLAUDECODE"', {"env": FOO_ENV}, "in bar\n1\n"),
+        ("printf", {"args": ["%s|", "a b", "$HOME"], "env": FOO_ENV}, "a b|$HOME|"),
+        ('echo "$FOO"', {}, "\n"),
+        ("pwd", {"cwd": "/"}, "/\n"),
+    ],
+)
+def test_a_terminal_command_line_gets_its_env_whole(
+    command: str, params: dict[str, object], printed: str
+) -> None:
+    """The env of a terminal/create reaches every part of its line (an `env` prefix reached
+    only the first simple command, which the escape test inside acp:claude-code found)."""
+    line = command_line(command, params)
+    out = subprocess.run(
+        ["bash", "-c", line], capture_output=True, text=True, env={"PATH": os.defpath}, check=True
+    )
+    assert out.stdout == printed

@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (the fake model script keeps one rule per line)
 """Escape tests of the journaling proxy and its listeners, from inside: each of the four
-CLIs (Claude Code, Codex, OpenCode, Pi) in the Docker sandbox, and Pi and OpenCode on a
-host folder (the default, hardened mode: the agent user, no opt-in set), one scripted turn
+CLIs (Claude Code, Codex, OpenCode, Pi) and an ACP agent (``acp:claude-code``, whose
+shell commands the harness runs as ``terminal/create``) in the Docker sandbox, and Pi and
+OpenCode on a host folder (the default, hardened mode: the agent user, no opt-in set), one scripted turn
 each, the CLI's own shell tool running a script the model sent base64-encoded (so no
 command screening can read it), which finds the proxy's per-launch token and URL as any
 process in the sandbox can (the CLI's environment, ``/proc/*/environ``, the launch's
@@ -209,6 +210,15 @@ CLIS = {
     ),
     "opencode-host-folder": Cli(
         "opencode", "claude-sonnet-4-5", "anthropic", _OPENCODE_BASH, place="host", listeners=True
+    ),
+    # An ACP agent: its shell tool is the client's terminal/create, run by the harness in
+    # the container (not by the agent), beside the agent that holds the launch's token.
+    "acp-claude-code": Cli(
+        "acp:claude-code",
+        "claude-sonnet-4-5",
+        "anthropic",
+        '{{ name = "mcp__acp__Bash", input = {{ command = "{command}", description = "check", timeout = 120000 }} }}',
+        listeners=True,
     ),
 }
 #: The worker's listener limits in the turns with the listener attacks: small enough that

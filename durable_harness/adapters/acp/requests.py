@@ -37,7 +37,15 @@ from durable_harness.core.sandbox import Sandbox
 from durable_harness.core.types import Replay, StepStatus
 from durable_harness.harness.journal import Journal, Outcome, StepResult
 
-__all__ = ["FS_READ", "FS_WRITE", "MAX_OUTPUT", "TERMINAL_CREATE", "Refused", "SandboxRequests"]
+__all__ = [
+    "FS_READ",
+    "FS_WRITE",
+    "MAX_OUTPUT",
+    "TERMINAL_CREATE",
+    "Refused",
+    "SandboxRequests",
+    "command_line",
+]
 
 FS_READ = "fs/read_text_file"
 FS_WRITE = "fs/write_text_file"
@@ -223,19 +231,7 @@ class SandboxRequests:
         command = params.get("command")
         if not isinstance(command, str) or not command:
             raise SandboxError("terminal/create: the request has no command")
-        args = [str(a) for a in params.get("args") or []]
-        env = [
-            f"{e.get('name')}={e.get('value', '')}"
-            for e in params.get("env") or []
-            if isinstance(e, dict) and str(e.get("name", "")).isidentifier()
-        ]
-        line = shlex.join([command, *args]) if args else command
-        if env:
-            line = f"env {shlex.join(env)} {line}"
-        cwd = params.get("cwd")
-        if isinstance(cwd, str) and cwd:
-            line = f"cd {shlex.quote(cwd)} && {line}"
-        result = sandbox.bash(line, timeout=self.timeout)
+        result = sandbox.bash(command_line(command, params), timeout=self.timeout)
         limit = params.get("outputByteLimit")
         cap = min(limit, MAX_OUTPUT) if isinstance(limit, int) and limit >= 0 else MAX_OUTPUT
         data = (result.stdout + result.stderr).encode("utf-8", "surrogateescape")
@@ -254,3 +250,24 @@ def _path(params: dict[str, Any]) -> str:
     if not isinstance(path, str) or not path:
         raise SandboxError("the request names no file")
     return path
+
+
+def command_line(command: str, params: dict[str, Any]) -> str:
+    """The bash line a ``terminal/create`` runs: ``command`` and its ``args`` (quoted), or,
+    without args, ``command`` as a shell line (claude-code-acp sends its Bash tool's whole
+    line so); ``env`` for the whole of it, in a ``bash -c`` of its own (an ``env`` prefix
+    would reach only the line's first simple command: ``env A=1 x=$(…) && y`` runs
+    ``env`` with ``x`` as a variable and ``y`` without ``A``); then ``cwd``."""
+    args = [str(a) for a in params.get("args") or []]
+    env = [
+        f"{e.get('name')}={e.get('value', '')}"
+        for e in params.get("env") or []
+        if isinstance(e, dict) and str(e.get("name", "")).isidentifier()
+    ]
+    line = shlex.join([command, *args]) if args else command
+    if env:
+        line = f"env {shlex.join(env)} bash -c {shlex.quote(line)}"
+    cwd = params.get("cwd")
+    if isinstance(cwd, str) and cwd:
+        line = f"cd {shlex.quote(cwd)} && {line}"
+    return line
