@@ -120,7 +120,10 @@ def ids_of(out: subprocess.CompletedProcess[str]) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in out.stdout.splitlines()[:2] if " " in line)
 
 
-def make_harness(tmp: Path, script: Path, lease: str = "1") -> Iterator[Harness]:
+def make_harness(tmp: Path, script: Path, lease: str = "2") -> Iterator[Harness]:
+    # 2 s, not 1: a 1 s lease was fenced under CI's load (a local World's renewal, an
+    # fsync, or an S3 request starved for 0.9 s). A dead holder is taken over at once on
+    # the local and PostgreSQL Worlds whatever the lease.
     log = tmp / "fake-model.jsonl"
     with FakeModelServer(script, log_path=log) as server:
         server.start()

@@ -23,7 +23,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from support import wait_for
@@ -105,13 +104,19 @@ def tag(docker_host: str) -> Iterator[str]:
     client = docker.DockerClient(base_url=docker_host, timeout=120)
     try:
 
-        def left() -> list[Any]:
-            return client.containers.list(all=True, filters={"ancestor": name})
+        def left() -> list[str]:
+            # The containers made from this tag by name, as created: not `ancestor=`, which
+            # matches by image id, and the tag's image is the suite's own when the build
+            # came out the same (the teardown then removed other tests' containers). The
+            # low-level list, as the high-level one inspects each and fails on one removed
+            # meanwhile.
+            listed = client.api.containers(all=True)
+            return [str(c["Id"]) for c in listed if c.get("Image") == name]
 
         for container in left():
             # 409 "removal … is already in progress": another remover got there first.
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                container.remove(force=True)
+                client.api.remove_container(container, force=True)
         wait_for(lambda: not left(), timeout=60, what="the wheel image's containers to go")
         with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.remove(name)
