@@ -134,7 +134,7 @@ def test_the_savings_of_one_crash_are_the_price_of_the_calls_read_back(
         crashed = h.cli("worker", "--until-idle", DURABLE_HARNESS_CRASH_AT="4:after_outcome")
         assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
         assert h.server.request_count == 3
-        resumed = h.cli("worker", "--until-idle")  # once the dead worker's 1 s lease ran out
+        resumed = h.cli("worker", "--until-idle")  # the dead worker's turn, taken over at once
         assert resumed.returncode == 0, resumed.stderr
 
         # The model saw each request once: five calls in all, none repeated.

@@ -53,7 +53,7 @@ def crash_and_resume(h: Harness, crash_at: str, tools: str = DEMO_TOOLS) -> tupl
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
     turn_id = ids_of(crashed)["turn"]
     before = {s["seq"]: s for s in h.show(turn_id)["steps"]}
-    resumed = h.cli("resume", turn_id)  # waits for the dead worker's 1 s lease
+    resumed = h.cli("resume", turn_id)  # takes the dead worker's turn over at once
     assert resumed.returncode == 0, resumed.stderr
     return resumed.stdout.strip(), (turn_id, before, h.show(turn_id))
 
