@@ -276,7 +276,15 @@ def test_stop_commands_ends_a_dead_workers_command_before_a_launch(
     assert box.jobs.start("launch", "sleep 60", contain=True)
     time.sleep(1)
     assert box.jobs.status("launch").state == "running"
+    # Command files the agent planted (it can write there) name no wrapper: init's pid, the
+    # launch's sleep, a name that is no pid. None is signalled: the launch lives on.
+    planted = box.bash(
+        "s=$HOME/.durable-harness/shell; "
+        'touch "$s/command.1" "$s/command.$(pgrep -n -x sleep)" "$s/command.x;y"'
+    )
+    assert planted.exit_code == 0, planted.stderr
     assert box.stop_commands() == 0
+    assert box.jobs.status("launch").state == "running"
     box.jobs.stop("launch")
 
 

@@ -253,18 +253,13 @@ class DockerSandbox(DockerFiles, DockerState, Sandbox):
                 new_workspace = self._ensure_volumes()
                 container = self._create()
             if container.status != "running":
+                # The runtime may refuse the first execs into it: exec retries those.
                 container.start()
-                self._await_exec(str(container.id))
         self._container_id = str(container.id)
         if new_workspace:
             # A kept home volume may carry the mark of a workspace that is gone.
             self.set_snapshot_mark(None)
         return self._container_id
-
-    def _await_exec(self, cid: str) -> None:
-        """Wait until a container just started takes an exec (see :meth:`_run`): on a
-        loaded machine the runtime refuses the first ones."""
-        self._run(cid, ["true"], timeout=30)
 
     def _run(
         self, cid: str, command: list[str], within: float = REFUSED_WAIT_S, **options: Any
